@@ -1,0 +1,1 @@
+"""entailment_lab: textual-entailment experiments on Lightning + Hydra + W&B."""

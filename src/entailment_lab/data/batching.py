@@ -1,0 +1,118 @@
+"""Length-bucketed batching and padding collation."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from entailment_lab.data.text import PAD_ID
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar length: less padding, so recurrent models do less wasted work.
+
+    Training: shuffle all indices, cut them into pools of ``batch_size * pool_batches``, sort
+    each pool by length, cut it into batches and shuffle the batches. Evaluation: sort
+    everything by length (deterministic). ``lengths`` may be a (n, k) array (premise and
+    hypothesis length); rows are then ordered lexicographically.
+
+    Distributed training: Lightning's sampler replacement is off (``use_distributed_sampler:
+    false``); this sampler gives rank ``r`` every ``num_replicas``-th batch, padding the batch
+    list by repetition so all ranks run the same number of steps.
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        batch_size: int,
+        shuffle: bool,
+        seed: int = 0,
+        pool_batches: int = 50,
+        drop_last: bool = False,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
+        lengths = np.asarray(lengths)
+        self.keys = lengths if lengths.ndim == 1 else lengths.reshape(len(lengths), -1)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.pool_batches = pool_batches
+        self.drop_last = drop_last
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at each epoch start: a new shuffle per epoch, same on every rank."""
+        self.epoch = epoch
+
+    def _order(self, indices: np.ndarray) -> np.ndarray:
+        keys = self.keys[indices]
+        if keys.ndim == 1:
+            return indices[np.argsort(keys, kind="stable")]
+        return indices[np.lexsort(keys.T[::-1])]
+
+    def _batches(self) -> list[np.ndarray]:
+        n = len(self.keys)
+        if self.shuffle:
+            rng = np.random.default_rng(self.seed + self.epoch)
+            indices = rng.permutation(n)
+            pool = self.batch_size * self.pool_batches
+            indices = np.concatenate(
+                [self._order(indices[i : i + pool]) for i in range(0, n, pool)] or [indices]
+            )
+        else:
+            indices = self._order(np.arange(n))
+        batches = [indices[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        if self.shuffle:
+            rng.shuffle(batches)
+        if self.num_replicas > 1:
+            total = math.ceil(len(batches) / self.num_replicas) * self.num_replicas
+            batches += batches[: total - len(batches)]
+            batches = batches[self.rank :: self.num_replicas]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self._batches():
+            yield batch.tolist()
+
+    def __len__(self) -> int:
+        n = len(self.keys) // self.batch_size if self.drop_last else math.ceil(
+            len(self.keys) / self.batch_size
+        )
+        return math.ceil(n / self.num_replicas)
+
+
+def pad_ids(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists with ``PAD_ID``: ids (batch, max_len) long and mask (batch, max_len) bool."""
+    lengths = torch.tensor([len(s) for s in sequences])
+    ids = torch.full((len(sequences), int(lengths.max())), PAD_ID, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+    mask = torch.arange(ids.size(1)).unsqueeze(0) < lengths.unsqueeze(1)
+    return ids, mask
+
+
+class PadCollator:
+    """Collate examples into ``{key: ids, key_mask: mask, ..., "label": labels}``.
+
+    ``keys`` are the text keys (``premise``, ``hypothesis`` or ``sentence``); examples hold
+    ``<key>_ids`` lists. A picklable class (not a closure) so DataLoader workers can use it.
+    """
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.keys = list(keys)
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        batch: dict[str, torch.Tensor] = {}
+        for key in self.keys:
+            batch[key], batch[f"{key}_mask"] = pad_ids([ex[f"{key}_ids"] for ex in examples])
+        batch["label"] = torch.tensor([ex["label"] for ex in examples], dtype=torch.long)
+        return batch

@@ -1,0 +1,291 @@
+"""One DataModule for sentence pairs (SNLI, SICK) and single sentences (SST, TREC).
+
+Pipeline (``setup``): read splits (hub or local files) -> validate -> drop unlabelled rows
+(label -1, SNLI's gold ``-``) -> optionally carve a validation split from train -> tokenise
+(batched ``datasets.map``, cached by ``datasets``) -> build the vocabulary from
+``vocab_splits`` (or take the one stored in a checkpoint) -> index and truncate -> batches of
+similar length.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import datasets
+import lightning as L
+import numpy as np
+from torch.utils.data import DataLoader
+
+from entailment_lab.data.batching import BucketBatchSampler, PadCollator
+from entailment_lab.data.sources import load_hub_splits, load_local_split, validate_split
+from entailment_lab.data.text import UNK_ID, Vocabulary, tokenize
+from entailment_lab.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+
+
+def tokenize_batch(batch: dict[str, list], columns: Mapping[str, str], lowercase: bool) -> dict:
+    """``datasets.map`` function: ``<key>_tokens`` for every text column."""
+    return {
+        f"{key}_tokens": [tokenize(text, lowercase) for text in batch[column]]
+        for key, column in columns.items()
+    }
+
+
+def index_batch(batch: dict[str, list], keys: Sequence[str], stoi: Mapping[str, int],
+                max_length: int) -> dict:
+    """``datasets.map`` function: ``<key>_ids`` (truncated to ``max_length``; an empty sentence
+    becomes one ``<unk>``) and ``<key>_length`` (the length before truncation)."""
+    out: dict[str, list] = {}
+    get = stoi.get
+    for key in keys:
+        token_lists = batch[f"{key}_tokens"]
+        out[f"{key}_ids"] = [[get(t, UNK_ID) for t in tokens[:max_length]] or [UNK_ID]
+                             for tokens in token_lists]
+        out[f"{key}_length"] = [len(tokens) for tokens in token_lists]
+    return out
+
+
+class TextDataModule(L.LightningDataModule):
+    """Tokenised, indexed, length-bucketed splits of a classification corpus.
+
+    Args:
+        fields: batch key -> dataset column, e.g. ``{premise: premise, hypothesis: hypothesis}``
+            for pairs or ``{sentence: text}`` for single sentences.
+        label_field: the integer label column; ``drop_labels`` (default ``[-1]``) are removed.
+        label_names: class names in id order (their number is the number of classes).
+        hub_name / hub_config: a Hugging Face hub dataset, used when no local file is given.
+        files: split -> local ``.jsonl`` / ``.jsonl.gz`` / ``.parquet`` in the hub's schema.
+            If any is set, only local files are read.
+        val_from_train: carve this many (int) or this fraction (float < 1) of train pairs
+            into the validation split, seeded by ``seed``.
+        vocab_splits: splits whose tokens make the vocabulary (SNLI papers use all three).
+        max_length: longer sentences are truncated (reported once at setup).
+    """
+
+    def __init__(
+        self,
+        fields: Mapping[str, str],
+        label_names: Sequence[str],
+        label_field: str = "label",
+        hub_name: str | None = None,
+        hub_config: str | None = None,
+        files: Mapping[str, str | None] | None = None,
+        drop_labels: Sequence[int] = (-1,),
+        val_from_train: float | None = None,
+        vocab_splits: Sequence[str] = ("train", "validation", "test"),
+        vocab_min_freq: int = 1,
+        lowercase: bool = True,
+        max_length: int = 100,
+        batch_size: int = 128,
+        eval_batch_size: int | None = None,
+        pool_batches: int = 50,
+        num_workers: int = 0,
+        num_proc: int | None = None,
+        cache_dir: str | None = None,
+        seed: int = 0,
+        name: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not fields:
+            raise ConfigError("data.fields must map at least one batch key to a text column")
+        if max_length < 1:
+            raise ConfigError(f"data.max_length must be >= 1, got {max_length}")
+        if batch_size < 1:
+            raise ConfigError(f"data.batch_size must be >= 1, got {batch_size}")
+        self.fields = dict(fields)
+        self.keys = list(self.fields)
+        self.label_field = label_field
+        self.label_names = list(label_names)
+        self.hub_name, self.hub_config = hub_name, hub_config
+        self.files = {k: v for k, v in (files or {}).items() if v}
+        unknown = set(self.files) - set(SPLITS)
+        if unknown:
+            raise ConfigError(f"data.files: unknown split(s) {sorted(unknown)}; use {SPLITS}")
+        if not self.files and not hub_name:
+            raise ConfigError("data: set data.hub_name or data.files.<split>=PATH")
+        self.drop_labels = list(drop_labels)
+        self.val_from_train = val_from_train
+        self.vocab_splits = list(vocab_splits)
+        self.vocab_min_freq = vocab_min_freq
+        self.lowercase = lowercase
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.pool_batches = pool_batches
+        self.num_workers = num_workers
+        self.num_proc = num_proc
+        self.cache_dir = cache_dir
+        self.seed = seed
+        self.name = name or hub_name or "local"
+        self.vocab: Vocabulary | None = None
+        self.splits: dict[str, datasets.Dataset] = {}
+        self.stats: dict[str, Any] = {}
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
+    # --- reading -------------------------------------------------------------------------
+    def _read(self) -> dict[str, datasets.Dataset]:
+        valid = set(range(self.num_classes)) | set(self.drop_labels)
+        columns = list(self.fields.values()) + [self.label_field]
+        if self.files:
+            raw = {}
+            for split, path in self.files.items():
+                ds = load_local_split(path, split, self.cache_dir)
+                validate_split(ds, split, self.fields, self.label_field, valid, str(path))
+                raw[split] = ds
+        else:
+            wanted = [s for s in SPLITS if s != "validation" or not self.val_from_train]
+            raw = load_hub_splits(self.hub_name, self.hub_config, wanted, self.cache_dir)
+            for split, ds in raw.items():
+                validate_split(ds, split, self.fields, self.label_field, valid, None)
+        out = {}
+        for split, ds in raw.items():
+            ds = ds.select_columns(columns)
+            if self.label_field != "label":
+                ds = ds.rename_column(self.label_field, "label")
+            if self.drop_labels:
+                before = len(ds)
+                labels = np.asarray(ds.data.column("label"))
+                keep = np.flatnonzero(~np.isin(labels, self.drop_labels))
+                if len(keep) < before:
+                    ds = ds.select(keep)
+                    log.info("%s: dropped %d rows with label in %s (no gold label)",
+                             split, before - len(keep), self.drop_labels)
+            out[split] = ds
+        return out
+
+    def _carve_validation(self, raw: dict[str, datasets.Dataset]) -> None:
+        if not self.val_from_train:
+            return
+        if "train" not in raw:
+            raise ConfigError("data.val_from_train needs a train split")
+        n = self.val_from_train
+        if not (0 < n < 1 or (n >= 1 and float(n).is_integer() and n < len(raw["train"]))):
+            raise ConfigError(
+                f"data.val_from_train={n}: give a fraction in (0, 1) or a whole number of "
+                f"examples below the train size ({len(raw['train'])})"
+            )
+        if "validation" in raw:
+            log.warning("data.val_from_train is set: the given validation split is replaced")
+        parts = raw["train"].train_test_split(
+            test_size=int(n) if n >= 1 else n, seed=self.seed, shuffle=True
+        )
+        raw["train"], raw["validation"] = parts["train"], parts["test"]
+
+    # --- Lightning hooks -----------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        """Read, tokenise, build the vocabulary (unless one was set) and index every split."""
+        if self.splits:
+            return
+        raw = self._read()
+        self._carve_validation(raw)
+        tokenized = {
+            split: ds.map(
+                tokenize_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
+                fn_kwargs={"columns": self.fields, "lowercase": self.lowercase},
+                desc=f"tokenise {split}",
+            )
+            for split, ds in raw.items()
+        }
+        if self.vocab is None:
+            missing = [s for s in self.vocab_splits if s not in tokenized]
+            if missing:
+                raise ConfigError(
+                    f"data.vocab_splits names {missing}, which this corpus does not have "
+                    f"(has {sorted(tokenized)})"
+                )
+            self.vocab = Vocabulary.build(
+                (tokens for s in self.vocab_splits for key in self.keys
+                 for tokens in tokenized[s][f"{key}_tokens"]),
+                min_freq=self.vocab_min_freq,
+            )
+        log.info("vocabulary: %d tokens from %s", len(self.vocab), self.vocab_splits)
+        for split, ds in tokenized.items():
+            ds = ds.map(
+                index_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
+                fn_kwargs={"keys": self.keys, "stoi": self.vocab.stoi,
+                           "max_length": self.max_length},
+                remove_columns=[f"{key}_tokens" for key in self.keys] + list(self.fields.values()),
+                desc=f"index {split}",
+            )
+            self._report_lengths(split, ds)
+            self.splits[split] = ds
+
+    def _num_proc(self, ds: datasets.Dataset) -> int | None:
+        if self.num_proc is not None:
+            return self.num_proc if self.num_proc > 1 else None
+        return 2 if len(ds) >= 50_000 else None  # worker start-up costs more than small splits
+
+    def _report_lengths(self, split: str, ds: datasets.Dataset) -> None:
+        for key in self.keys:
+            lengths = np.asarray(ds.data.column(f"{key}_length"))
+            n_long, n_empty = int((lengths > self.max_length).sum()), int((lengths == 0).sum())
+            if n_long:
+                log.warning(
+                    "%s: %d %s sentence(s) longer than data.max_length=%d tokens were truncated "
+                    "(longest: %d)", split, n_long, key, self.max_length, int(lengths.max()))
+            if n_empty:
+                log.warning("%s: %d empty %s sentence(s) were replaced by one <unk> token",
+                            split, n_empty, key)
+            self.stats[f"{split}/{key}_truncated"] = n_long
+            self.stats[f"{split}/{key}_empty"] = n_empty
+        self.stats[f"{split}/size"] = len(ds)
+
+    def lengths(self, split: str) -> np.ndarray:
+        """(n, number of text keys) array of token counts after truncation."""
+        ds = self.splits[split]
+        cols = [np.minimum(np.maximum(np.asarray(ds.data.column(f"{k}_length")), 1),
+                           self.max_length) for k in self.keys]
+        return np.stack(cols, axis=1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"vocab": self.vocab.itos if self.vocab else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("vocab"):
+            self.vocab = Vocabulary(state["vocab"])
+
+    # --- loaders -------------------------------------------------------------------------
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.splits:
+            raise DataError(
+                f"the data has no '{split}' split (has {sorted(self.splits)}); give "
+                f"data.files.{split}=PATH or carve one with data.val_from_train=N"
+            )
+        trainer = getattr(self, "trainer", None)
+        sampler = BucketBatchSampler(
+            self.lengths(split),
+            batch_size=self.batch_size if shuffle else self.eval_batch_size,
+            shuffle=shuffle,
+            seed=self.seed,
+            pool_batches=self.pool_batches,
+            num_replicas=trainer.world_size if trainer else 1,
+            rank=trainer.global_rank if trainer else 0,
+        )
+        return DataLoader(
+            self.splits[split],
+            batch_sampler=sampler,
+            collate_fn=PadCollator(self.keys),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("validation", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def dataloader(self, split: str) -> DataLoader:
+        """An evaluation loader for any split (used by eval.py)."""
+        return self._loader(split, shuffle=False)

@@ -1,0 +1,203 @@
+"""Reading raw splits from the Hugging Face hub or from local files in the hub's schema,
+with validation that turns bad input into one-line errors naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlparse
+
+import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from entailment_lab.errors import DataError
+
+log = logging.getLogger(__name__)
+
+_BUILDERS = {".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json",
+             ".parquet": "parquet"}
+
+
+def _builder_for(path: Path) -> str:
+    name = path.name.lower()
+    for suffix, builder in _BUILDERS.items():
+        if name.endswith(suffix):
+            return builder
+    raise DataError(
+        f"{path}: unsupported file type; use .jsonl, .jsonl.gz or .parquet files in the "
+        "Hugging Face hub's schema"
+    )
+
+
+def _open_text(path: Path):  # noqa: ANN202 - a text file handle
+    return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else path.open(
+        encoding="utf-8"
+    )
+
+
+def _json_line_of_row(path: Path, row: int) -> int:
+    """1-based line number of the ``row``-th JSON object (blank lines are skipped by the loader)."""
+    seen = -1
+    with _open_text(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                seen += 1
+                if seen == row:
+                    return lineno
+    return row + 1
+
+
+def _find_bad_json_line(path: Path) -> str | None:
+    """The first line of a JSON Lines file that is not a JSON object, as 'line N: why'."""
+    try:
+        with _open_text(path) as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as err:
+                    return f"line {lineno}: not valid JSON ({err.msg} at column {err.colno})"
+                if not isinstance(obj, dict):
+                    return f"line {lineno}: expected a JSON object, found {type(obj).__name__}"
+    except (OSError, UnicodeDecodeError, EOFError) as err:
+        return f"cannot be read ({err})"
+    return None
+
+
+def load_local_split(path: str | os.PathLike, split: str, cache_dir: str | None = None
+                     ) -> datasets.Dataset:
+    """One split from a local ``.jsonl`` / ``.jsonl.gz`` / ``.parquet`` file."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise DataError(f"data.files.{split}: no such file '{file}'")
+    builder = _builder_for(file)
+    try:
+        return datasets.load_dataset(builder, data_files=str(file), split="train",
+                                     cache_dir=cache_dir)
+    except Exception as err:  # the loaders raise many types; we re-diagnose below
+        where = _find_bad_json_line(file) if builder == "json" else None
+        detail = where or f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        raise DataError(f"{file}: {detail}") from err
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers (a TCP connect, not a 20-second retry loop)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "") or os.environ.get(
+        "HF_DATASETS_OFFLINE", "0"
+    ) not in ("0", ""):
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy")):
+        return True  # behind a proxy a direct connect says nothing; let the hub client try
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def load_hub_splits(name: str, config: str | None, splits: list[str], cache_dir: str | None = None
+                    ) -> dict[str, datasets.Dataset]:
+    """Splits of a hub dataset; offline, only from the local cache, failing fast otherwise."""
+    how_local = (
+        "use local files in the hub's schema instead: data.files.train=PATH "
+        "data.files.validation=PATH data.files.test=PATH (.jsonl, .jsonl.gz or .parquet)"
+    )
+    online = hub_reachable()
+    try:
+        if online:
+            ds = datasets.load_dataset(name, config, cache_dir=cache_dir)
+        else:
+            # Offline: read the cached copy without the hub client's retry loop.
+            with _hf_offline():
+                ds = datasets.load_dataset(name, config, cache_dir=cache_dir)
+    except Exception as err:
+        state = "online" if online else "offline (the hub is unreachable)"
+        raise DataError(
+            f"cannot load '{name}' from the Hugging Face hub ({state}; "
+            f"{type(err).__name__}); {how_local}"
+        ) from err
+    missing = [s for s in splits if s not in ds]
+    if missing:
+        raise DataError(f"hub dataset '{name}' has no split(s) {missing} (has {list(ds)})")
+    return {s: ds[s] for s in splits}
+
+
+class _hf_offline:
+    """Temporarily switch the hub client and ``datasets`` to offline mode."""
+
+    def __enter__(self) -> None:
+        import huggingface_hub.constants as hub_constants
+
+        self._saved = (datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE)
+        datasets.config.HF_HUB_OFFLINE = True
+        hub_constants.HF_HUB_OFFLINE = True
+
+    def __exit__(self, *exc: object) -> None:
+        import huggingface_hub.constants as hub_constants
+
+        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = self._saved
+
+
+def validate_split(
+    ds: datasets.Dataset,
+    split: str,
+    fields: Mapping[str, str],
+    label_field: str,
+    valid_labels: set[int],
+    source: str | None,
+) -> None:
+    """Check fields exist, text is non-null strings and labels are known ids.
+
+    ``source`` is the local file (for line numbers) or ``None`` for hub data (row numbers).
+    """
+    where = source or f"split '{split}'"
+    columns = set(ds.column_names)
+    for key, column in [*fields.items(), ("label", label_field)]:
+        if column not in columns:
+            knob = "data.label_field" if key == "label" else f"data.fields.{key}"
+            raise DataError(
+                f"{where}: no field '{column}' (fields found: {', '.join(sorted(columns))}); "
+                f"set {knob} to the column that holds it"
+            )
+
+    def position(row: int) -> str:
+        if source and source.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
+            return f"line {_json_line_of_row(Path(source), row)}"
+        return f"row {row}"
+
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    for column in fields.values():
+        values = table.column(column)
+        if not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type):
+            if values.null_count == len(values):
+                raise DataError(f"{where}: field '{column}' is empty in every row")
+            raise DataError(f"{where}: field '{column}' must hold text, found {values.type}")
+        if values.null_count:
+            row = pc.index(pc.is_null(values), True).as_py()
+            raise DataError(f"{where}: {position(row)}: field '{column}' is missing or null")
+    labels = table.column(label_field)
+    if labels.null_count:
+        row = pc.index(pc.is_null(labels), True).as_py()
+        raise DataError(f"{where}: {position(row)}: field '{label_field}' is missing or null")
+    if not pa.types.is_integer(labels.type):
+        first = labels[0].as_py() if len(labels) else None
+        raise DataError(
+            f"{where}: field '{label_field}' must be an integer class id as in the hub's schema "
+            f"(found {labels.type}, e.g. {first!r}); map label names to ids first"
+        )
+    bad = pc.invert(pc.is_in(labels, value_set=pa.array(sorted(valid_labels), labels.type)))
+    if pc.any(bad).as_py():
+        row = pc.index(bad, True).as_py()
+        raise DataError(
+            f"{where}: {position(row)}: unknown {label_field} value {labels[row].as_py()} "
+            f"(expected one of {sorted(valid_labels)})"
+        )

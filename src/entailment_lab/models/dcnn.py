@@ -1,0 +1,356 @@
+"""Dynamic Convolutional Neural Network (Kalchbrenner, Grefenstette & Blunsom, ACL 2014).
+
+A sentence is a d x s matrix (one column per word). Each layer: a wide 1-D convolution of every
+row with its own filters (Eq. 1, 5), summed over the input feature maps (Eq. 7, a 4th-order
+weight tensor maps_in x maps_out x rows x width); folding (Sec. 3.6: every two adjacent rows
+summed); dynamic k-max pooling (Sec. 3.2-3.3, Eq. 4: the k largest values of every row, in
+their original order); a bias per row and tanh (Sec. 3.4). The top layer pools to a fixed
+``k_top``; dropout and a linear map classify (``DCNNClassifier``), or two sentence vectors are
+matched with ``[u; v; |u - v|; u * v]`` (``DCNNPairClassifier``, the SNLI baseline).
+
+Choices, also in ``docs/models/dcnn.md``:
+
+* Hyper-parameters follow the authors' Matlab release as ported by F. Godin (Theano/Lasagne
+  "DynamicCNN", whose defaults are "taken from the paper or the Matlab code"): 48-d word
+  vectors, widths (7, 5), feature maps (6, 14), k_top 4, dropout 0.5 before the output layer
+  only, Adagrad lr 0.1 and the per-layer L2 below.
+* Folding placement. The paper's Fig. 3 folds once, after the last convolution, before the
+  top k-max pooling; the Matlab port folds after every convolution. Default: the paper's
+  ``folding=(False, True)``, which accepts any even word-vector size (the platform's 50-d
+  GloVe included); ``folding=(True, True)`` is the port's layout (needs a size divisible by 4).
+  The word-vector size must be divisible by 2 ** (number of folding layers) -> ``ConfigError``.
+* Bias after pooling, one per (feature map, row) as Sec. 3.4 says (the port adds it before
+  folding: twice the biases, the same function class).
+* Masks and batches of different lengths. Each sentence's own length s drives its own k_l
+  (Eq. 4, s = number of real tokens, not the padded length). Before each convolution padded
+  positions are set to zero, so the wide convolution sees exactly the zero out-of-range values
+  of Sec. 2.2; its output is real on s_l + m - 1 positions. Padding is filled with the most
+  negative float before k-max pooling (it can never win), k is clipped to the number of real
+  positions, and pooled slots past a sentence's k are zero and masked. A batch therefore holds
+  per-sample k values; the pooled tensor is as long as the largest k (``k_top`` at the top).
+* L2 (``regularization_loss``): sum over groups of lambda / 2 * ||W||^2 with
+  lambda = (embedding 1e-4, conv 1 3e-5, conv 2 3e-6, output 1e-4), the Matlab values in the
+  port; biases are not penalised; a frozen embedding is not penalised. For the pair model the
+  "output" coefficient applies to every weight matrix of the MLP.
+* Convolution is cross-correlation (``c_j = m^T s_{j-m+1:j}``, Eq. 1, is exactly that), so the
+  learned filters are the paper's filters without flipping.
+
+Parameter count, 48-d input, 2 classes (``DCNNClassifier``), default folding (False, True)::
+
+    conv 1: 1*6*48*7 weights + 6*48 biases                      =  2,016 +   288
+    conv 2: 6*14*48*5 weights + 14*24 biases (after folding)    = 20,160 +   336
+    output: (14*24*4 = 1,344) * 2 + 2                           =  2,690
+                                                      total       25,490 (+ word vectors)
+
+    folding (True, True): 2,016 + 6*24 + 6*14*24*5 + 14*12 + (14*12*4)*2 + 2 = 13,754
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as Fn
+from torch import nn
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import PairFeatureClassifier, masked_fill_value
+
+# Matlab-release L2 coefficients: (embedding, conv layer 1, ..., conv layer L, output layer).
+MATLAB_L2 = (1e-4, 3e-5, 3e-6, 1e-4)
+
+
+def dynamic_k(
+    layer: int, num_layers: int, sentence_length: int | torch.Tensor, k_top: int
+) -> int | torch.Tensor:
+    """Eq. 4: ``k_l = max(k_top, ceil((L - l) / L * s))`` for layer ``l`` of ``L`` (1-based).
+
+    Integer arithmetic (no float rounding). ``sentence_length`` may be an int or a tensor of
+    per-sentence lengths. Example from the paper: L=3, s=18, k_top=3 -> k_1=12, k_2=6, k_3=3.
+    """
+    numerator = (num_layers - layer) * sentence_length
+    if isinstance(numerator, torch.Tensor):
+        return torch.div(numerator + num_layers - 1, num_layers, rounding_mode="floor").clamp_min(
+            k_top
+        )
+    return max(k_top, -(-numerator // num_layers))
+
+
+def fold(x: torch.Tensor) -> torch.Tensor:
+    """Folding (Sec. 3.6): sum every two adjacent rows; ``(..., rows, T) -> (..., rows/2, T)``."""
+    rows = x.size(-2)
+    if rows % 2:
+        raise ValueError(f"folding needs an even number of rows, got {rows}")
+    return x.unflatten(-2, (rows // 2, 2)).sum(dim=-2)
+
+
+def wide_convolution_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """Real output positions of a wide convolution of width ``width``: ``(batch, T + width - 1)``.
+
+    Output j is real when its window s_{j-m+1:j} touches a real input, i.e. the s + m - 1
+    positions of Sec. 2.2 for a sentence of s real tokens.
+    """
+    ones = mask.new_ones(1, 1, width, dtype=torch.float32)
+    touched = Fn.conv1d(mask.float().unsqueeze(1), ones, padding=width - 1)  # (batch, 1, T')
+    return touched.squeeze(1) > 0
+
+
+def k_max_pooling(
+    x: torch.Tensor,
+    k: int | torch.Tensor,
+    mask: torch.Tensor | None = None,
+    output_length: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """k-max pooling (Sec. 3.2): the k largest values along the last axis, in original order.
+
+    x: ``(batch, ..., T)``; k: an int or per-sample ``(batch,)`` long tensor; mask:
+    ``(batch, T)`` bool, True on real positions (padding never wins; k is clipped to the number
+    of real positions). Returns ``(values, out_mask)``: values ``(batch, ..., K)`` with
+    ``K = output_length or max(k)``, slots past a sample's k are zero, and out_mask
+    ``(batch, K)`` marks the real slots.
+    """
+    batch, length = x.size(0), x.size(-1)
+    if mask is None:
+        mask = torch.ones(batch, length, dtype=torch.bool, device=x.device)
+    k = torch.as_tensor(k, device=x.device).expand(batch)
+    k = torch.minimum(k, mask.sum(dim=1))  # (batch,)
+    K = int(output_length if output_length is not None else k.max())
+    view = (batch,) + (1,) * (x.dim() - 2)  # broadcast (batch, ...) over the middle axes
+
+    if length < K:  # fewer positions than slots: pad with masked positions
+        x = Fn.pad(x, (0, K - length))
+        mask = Fn.pad(mask, (0, K - length), value=False)
+        length = K
+    scores = x.masked_fill(~mask.view(*view, length), masked_fill_value(x.dtype))
+    top = scores.topk(K, dim=-1).indices  # (batch, ..., K), largest first
+    slot = torch.arange(K, device=x.device)
+    out_mask = slot < k[:, None]  # (batch, K)
+    # Slots past k get indices beyond the sequence, so sorting moves them to the end.
+    top = torch.where(out_mask.view(*view, K), top, length + slot)
+    order = top.sort(dim=-1).values.clamp_max(length - 1)  # original word order
+    values = x.gather(-1, order) * out_mask.view(*view, K).to(x.dtype)
+    return values, out_mask
+
+
+class DCNNLayer(nn.Module):
+    """Wide convolution (Eq. 7) -> optional folding -> (dynamic) k-max pooling -> bias, tanh."""
+
+    def __init__(self, maps_in: int, maps_out: int, rows: int, width: int, folding: bool) -> None:
+        super().__init__()
+        self.maps_in, self.maps_out, self.rows, self.width = maps_in, maps_out, rows, width
+        self.folding = folding
+        self.rows_out = rows // 2 if folding else rows
+        # m^i_{j,k}: one filter of width m per (input map k, output map j, row) (Eq. 5, 7).
+        self.weight = nn.Parameter(torch.empty(maps_in, maps_out, rows, width))
+        self.bias = nn.Parameter(torch.zeros(maps_out, self.rows_out))  # one per row (Sec. 3.4)
+        bound = 1.0 / math.sqrt(maps_in * width)  # fan-in of one output value
+        nn.init.uniform_(self.weight, -bound, bound)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, k: torch.Tensor, output_length: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # x: (batch, maps_in, rows, T); mask: (batch, T); k: (batch,)
+        batch, _, rows, length = x.shape
+        x = x * mask[:, None, None, :].to(x.dtype)  # out-of-sentence values are zero (Sec. 2.2)
+        # Row-wise convolution = grouped conv1d with one group per row, channels (row, map).
+        grouped = x.permute(0, 2, 1, 3).reshape(batch, rows * self.maps_in, length)
+        weight = self.weight.permute(2, 1, 0, 3).reshape(rows * self.maps_out, self.maps_in, -1)
+        c = Fn.conv1d(grouped, weight, padding=self.width - 1, groups=rows)  # Eq. 1, wide
+        c = c.reshape(batch, rows, self.maps_out, -1).permute(0, 2, 1, 3)  # (b, maps_out, rows, T')
+        c_mask = wide_convolution_mask(mask, self.width)  # (batch, T + m - 1)
+        if self.folding:
+            c = fold(c)  # (batch, maps_out, rows / 2, T')
+        pooled, pooled_mask = k_max_pooling(c, k, c_mask, output_length)  # (b, maps, rows', K)
+        out = torch.tanh(pooled + self.bias[None, :, :, None])  # Sec. 3.4, Eq. 6
+        return out * pooled_mask[:, None, None, :].to(out.dtype), pooled_mask
+
+
+class DCNNEncoder(nn.Module):
+    """The DCNN stack: word vectors ``(batch, len, d)`` -> sentence vector ``(batch, output_size)``.
+
+    ``output_size = feature_maps[-1] * rows after all folds * k_top``.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        filter_widths: Sequence[int] = (7, 5),
+        feature_maps: Sequence[int] = (6, 14),
+        k_top: int = 4,
+        folding: Sequence[bool] = (False, True),
+    ) -> None:
+        super().__init__()
+        widths, maps, folds = tuple(filter_widths), tuple(feature_maps), tuple(folding)
+        if not widths or not len(widths) == len(maps) == len(folds):
+            raise ConfigError(
+                "model.net.filter_widths, feature_maps and folding need one entry per layer, "
+                f"got {list(widths)}, {list(maps)}, {list(folds)}."
+            )
+        if min(widths) < 1 or min(maps) < 1:
+            raise ConfigError(
+                f"filter widths and feature maps must be >= 1, got {list(widths)}, {list(maps)}."
+            )
+        if k_top < 1:
+            raise ConfigError(f"model.net.k_top must be >= 1, got {k_top}.")
+        divisor = 2 ** sum(bool(f) for f in folds)
+        if input_size % divisor:
+            raise ConfigError(
+                f"word-vector size {input_size} must be divisible by {divisor} for folding "
+                f"{[bool(f) for f in folds]} (each fold halves the rows): use e.g. 48-d (paper) "
+                "or 300-d vectors, or switch folding off in some layers (model.net.folding)."
+            )
+        self.k_top = k_top
+        self.layers = nn.ModuleList()
+        maps_in, rows = 1, input_size
+        for width, maps_out, folding_here in zip(widths, maps, folds, strict=True):
+            layer = DCNNLayer(maps_in, maps_out, rows, width, bool(folding_here))
+            self.layers.append(layer)
+            maps_in, rows = maps_out, layer.rows_out
+        self.output_size = maps_in * rows * k_top
+
+    def forward(
+        self, vectors: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Sentence vectors and, for analysis, each layer's per-sample k ``(batch, L)``."""
+        # vectors: (batch, len, d) -> sentence matrix s = [w_1 ... w_s] (Eq. 2), one input map
+        mask = mask.bool()
+        x = vectors.transpose(1, 2).unsqueeze(1)  # (batch, 1, d, len)
+        s = mask.sum(dim=1)  # true sentence lengths (batch,)
+        num_layers = len(self.layers)
+        ks = []
+        for l, layer in enumerate(self.layers, start=1):
+            top = l == num_layers
+            k = dynamic_k(l, num_layers, s, self.k_top)  # Eq. 4, per sentence
+            x, mask = layer(x, mask, k, self.k_top if top else None)  # (b, maps, rows, k_max)
+            ks.append(mask.sum(dim=1))
+        features = x.flatten(start_dim=1)  # (batch, maps * rows * k_top)
+        return features, {"k": torch.stack(ks, dim=1)}
+
+
+def _check_head(num_classes: int, dropout: float, l2: Sequence[float], num_layers: int) -> None:
+    if num_classes < 2:
+        raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
+    if len(l2) != num_layers + 2 or min(l2) < 0:
+        raise ConfigError(
+            f"model.net.l2 needs {num_layers + 2} non-negative coefficients (embedding, "
+            f"{num_layers} conv layers, output), got {list(l2)}."
+        )
+
+
+def _l2_penalty(groups: Sequence[tuple[float, Sequence[torch.Tensor]]]) -> torch.Tensor:
+    """Sum of lambda / 2 * ||W||^2 over (lambda, weights) groups; frozen weights are skipped."""
+    total = torch.zeros((), device=groups[-1][1][0].device)
+    for coefficient, weights in groups:
+        for w in weights:
+            if coefficient > 0 and w.requires_grad:
+                total = total + 0.5 * coefficient * w.pow(2).sum()
+    return total
+
+
+class DCNNClassifier(nn.Module):
+    """DCNN sentence classifier (SST, TREC): encoder -> dropout -> linear (softmax in the loss)."""
+
+    def __init__(
+        self,
+        embedding: nn.Embedding,
+        num_classes: int,
+        filter_widths: Sequence[int] = (7, 5),
+        feature_maps: Sequence[int] = (6, 14),
+        k_top: int = 4,
+        folding: Sequence[bool] = (False, True),
+        dropout: float = 0.5,
+        l2: Sequence[float] = MATLAB_L2,
+    ) -> None:
+        super().__init__()
+        _check_head(num_classes, dropout, tuple(l2), len(tuple(filter_widths)))
+        self.embedding = embedding
+        self.encoder = DCNNEncoder(
+            embedding.embedding_dim, filter_widths, feature_maps, k_top, folding
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.output = nn.Linear(self.encoder.output_size, num_classes)
+        self.l2 = tuple(float(c) for c in l2)
+
+    def regularization_loss(self) -> torch.Tensor:
+        """Per-layer L2 of the Matlab release: embedding, each conv layer, output (weights only)."""
+        groups = [(self.l2[0], [self.embedding.weight])]
+        groups += [
+            (c, [layer.weight]) for c, layer in zip(self.l2[1:-1], self.encoder.layers, strict=True)
+        ]
+        groups.append((self.l2[-1], [self.output.weight]))
+        return _l2_penalty(groups)
+
+    def forward(
+        self, sentence: torch.Tensor, sentence_mask: torch.Tensor, return_details: bool = False
+    ) -> dict[str, torch.Tensor]:
+        # sentence: (batch, len) ids; sentence_mask: (batch, len) bool
+        features, details = self.encoder(self.embedding(sentence), sentence_mask)
+        logits = self.output(self.dropout(features))  # (batch, num_classes)
+        out = {"logits": logits}
+        if return_details:
+            out["features"] = features  # (batch, output_size)
+            out["k"] = details["k"]  # (batch, L) per-layer pooled lengths
+        return out
+
+
+class DCNNPairClassifier(nn.Module):
+    """DCNN for pairs: one shared DCNN encodes P and H; ``[u; v; |u-v|; u*v]`` -> MLP."""
+
+    def __init__(
+        self,
+        embedding: nn.Embedding,
+        num_classes: int,
+        filter_widths: Sequence[int] = (7, 5),
+        feature_maps: Sequence[int] = (6, 14),
+        k_top: int = 4,
+        folding: Sequence[bool] = (False, True),
+        dropout: float = 0.5,
+        mlp_hidden_size: int = 200,
+        mlp_layers: int = 1,
+        l2: Sequence[float] = MATLAB_L2,
+    ) -> None:
+        super().__init__()
+        _check_head(num_classes, dropout, tuple(l2), len(tuple(filter_widths)))
+        if mlp_hidden_size < 1 or mlp_layers < 0:
+            raise ConfigError(
+                "model.net.mlp_hidden_size must be >= 1 and mlp_layers >= 0, "
+                f"got {mlp_hidden_size}, {mlp_layers}."
+            )
+        self.embedding = embedding
+        self.encoder = DCNNEncoder(
+            embedding.embedding_dim, filter_widths, feature_maps, k_top, folding
+        )
+        self.classifier = PairFeatureClassifier(
+            self.encoder.output_size, mlp_hidden_size, num_classes, mlp_layers, dropout
+        )
+        self.l2 = tuple(float(c) for c in l2)
+
+    def regularization_loss(self) -> torch.Tensor:
+        """Per-layer L2: embedding, each conv layer, and every weight matrix of the MLP."""
+        groups = [(self.l2[0], [self.embedding.weight])]
+        groups += [
+            (c, [layer.weight]) for c, layer in zip(self.l2[1:-1], self.encoder.layers, strict=True)
+        ]
+        mlp = [m.weight for m in self.classifier.modules() if isinstance(m, nn.Linear)]
+        groups.append((self.l2[-1], mlp))
+        return _l2_penalty(groups)
+
+    def forward(
+        self,
+        premise: torch.Tensor,
+        premise_mask: torch.Tensor,
+        hypothesis: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_details: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        # premise: (batch, len_p), hypothesis: (batch, len_h)
+        u, details_p = self.encoder(self.embedding(premise), premise_mask)  # (batch, size)
+        v, details_h = self.encoder(self.embedding(hypothesis), hypothesis_mask)  # (batch, size)
+        out = {"logits": self.classifier(u, v)}  # (batch, num_classes)
+        if return_details:
+            out["premise_features"], out["hypothesis_features"] = u, v
+            out["premise_k"], out["hypothesis_k"] = details_p["k"], details_h["k"]
+        return out

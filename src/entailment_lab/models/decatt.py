@@ -1,0 +1,221 @@
+"""Decomposable Attention (Parikh, Täckström, Das & Uszkoreit, EMNLP 2016): Table 2 rows 8 and 9.
+
+Attend, compare, aggregate. Each word of one sentence is softly aligned with the other sentence
+(attend), each word is compared with what it is aligned to (compare), and the comparisons are
+summed and classified (aggregate). No recurrence, no word order (except for the optional
+intra-sentence attention's distance biases). Equation numbers below are the paper's.
+
+Choices where the paper (and seeds 002/003) leave room, also in ``docs/models/decatt.md``:
+
+* NULL token. Each sentence is prefixed with a NULL vector so a word can align with "nothing".
+  As in harvardnlp/decomp-attn (``<s>`` prefixed, a word without a GloVe vector, kept fixed
+  with the frozen word vectors), it lives in word-vector space and is fixed:
+  a persistent buffer drawn from N(0, init_std²), so it is saved in checkpoints but is not a
+  trainable parameter and is not counted. ``null_trainable=True`` makes it an ``nn.Parameter``
+  (+d_emb parameters; ``paper_parameter_count`` still leaves it out, as a word vector).
+* Sharing. One projection and one F, G (and F_intra) serve both sentences (harvardnlp
+  ``share_params=1``); only shared weights give the paper's 382k / 582k.
+* Feed-forward nets F, G, H (and F_intra): two ReLU layers of width ``hidden_size``, dropout
+  before each linear map (harvardnlp); H ends with a linear map to the classes.
+* Intra-sentence attention (Eq. 7-8): one bias per clipped absolute distance
+  ``min(|i - j|, max_distance)`` -> ``max_distance + 1`` biases; so distances 10, 11, 12, ...
+  share one bias ("all distances > 10 share one bias", Parikh et al.), the distance is symmetric
+  (``d_{i-j} = d_{j-i}``), and the NULL position takes part like a word.
+* Init: every trainable parameter (weights, biases, distance biases) ~ N(0, init_std²),
+  init_std = 0.01 (harvardnlp ``param_init``: ``randn * 0.01``).
+* Masks: padded positions get zero weight in both softmaxes and in the intra softmax, and are
+  left out of the aggregate sums, so a pair's logits do not depend on batch padding.
+
+Parameter count (the paper's "Para": trainable, word vectors excluded) with d_emb = 300,
+hidden h = 200, 3 classes::
+
+    projection 300->200, no bias             300*200                 =  60,000
+    F   200->200->200                        2 * (200*200 + 200)     =  80,400
+    G   [a; beta] 400->200->200              (400*200+200) + 40,200  = 120,400
+    H   [v1; v2] 400->200->200->3            120,400 + (200*3 + 3)   = 121,003
+                                                              total    381,803   (paper: 382k)
+
+    with intra-sentence attention (inputs become [a; a'], 2h = 400):
+    F_intra 200->200->200                                            +  80,400
+    distance biases, distances 0..10                                 +      11
+    F input 200 -> 400                       +200*200                +  40,000
+    G input 400 -> 800                       +400*200                +  80,000
+                                                              total    582,214   (paper: 582k)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import count_trainable_parameters, masked_softmax
+
+
+class FeedForward(nn.Module):
+    """Two ReLU layers with dropout before each linear map: F, G, F_intra and the body of H."""
+
+    def __init__(self, input_size: int, hidden_size: int, dropout: float) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Dropout(dropout),
+            nn.Linear(input_size, hidden_size),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_size, hidden_size),
+            nn.ReLU(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (..., input_size) -> (..., hidden_size)
+        return self.net(x)
+
+
+class IntraSentenceAttention(nn.Module):
+    """Self-alignment within one sentence with a learned bias per (clipped) word distance.
+
+    ``f_ij = F_intra(a_i)^T F_intra(a_j)`` (Eq. 7);
+    ``a'_i = sum_j softmax_j(f_ij + d_{i-j}) a_j`` (Eq. 8), ``d`` indexed by
+    ``min(|i - j|, max_distance)``.
+    """
+
+    def __init__(self, hidden_size: int, dropout: float, max_distance: int) -> None:
+        super().__init__()
+        self.max_distance = max_distance
+        self.F_intra = FeedForward(hidden_size, hidden_size, dropout)
+        self.distance_bias = nn.Parameter(torch.zeros(max_distance + 1))  # d_0 .. d_max
+
+    def forward(self, a: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # a: (batch, len, h); mask: (batch, len) bool
+        length = a.size(1)
+        projected = self.F_intra(a)  # (batch, len, h)
+        f = projected @ projected.transpose(1, 2)  # Eq. 7: (batch, len, len)
+        position = torch.arange(length, device=a.device)
+        distance = (position[:, None] - position[None, :]).abs().clamp_max(self.max_distance)
+        scores = f + self.distance_bias[distance]  # (batch, len, len) + (len, len)
+        weights = masked_softmax(scores, mask[:, None, :], dim=2)  # over j: (batch, len, len)
+        a_prime = weights @ a  # Eq. 8: (batch, len, h)
+        return a_prime, weights
+
+
+class DecomposableAttention(nn.Module):
+    """Decomposable Attention for sentence pairs (premise a, hypothesis b).
+
+    ``intra_attention=False`` is Table 2 row 8 (381,803 parameters with 300-d word vectors and
+    3 classes), ``intra_attention=True`` row 9 (582,214); the arithmetic is in the module
+    docstring.
+    """
+
+    def __init__(
+        self,
+        embedding: nn.Embedding,
+        num_classes: int,
+        hidden_size: int = 200,
+        dropout: float = 0.2,
+        intra_attention: bool = False,
+        max_distance: int = 10,
+        init_std: float = 0.01,
+        null_trainable: bool = False,
+    ) -> None:
+        super().__init__()
+        if num_classes < 2:
+            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        if hidden_size < 1:
+            raise ConfigError(f"model.net.hidden_size must be >= 1, got {hidden_size}.")
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
+        if max_distance < 0:
+            raise ConfigError(f"model.net.max_distance must be >= 0, got {max_distance}.")
+        if init_std <= 0.0:
+            raise ConfigError(f"model.net.init_std must be > 0, got {init_std}.")
+
+        self.embedding = embedding
+        self.intra_attention = intra_attention
+        input_size = embedding.embedding_dim
+        h = hidden_size
+
+        # NULL word vector, prefixed to every sentence (see module docstring).
+        null = torch.randn(input_size) * init_std
+        if null_trainable:
+            self.null_vector = nn.Parameter(null)
+        else:
+            self.register_buffer("null_vector", null, persistent=True)
+
+        self.projection = nn.Linear(input_size, h, bias=False)  # word vectors -> h
+        self.intra = IntraSentenceAttention(h, dropout, max_distance) if intra_attention else None
+        word_size = 2 * h if intra_attention else h  # size of a-bar: [a; a'] or a
+        self.F = FeedForward(word_size, h, dropout)  # attend
+        self.G = FeedForward(2 * word_size, h, dropout)  # compare [a-bar_i; beta_i]
+        self.H = nn.Sequential(FeedForward(2 * h, h, dropout), nn.Linear(h, num_classes))
+
+        # Gaussian init of every trainable parameter of this model (not the word vectors).
+        skip = {id(p) for p in self.embedding.parameters()} | {id(self.null_vector)}
+        with torch.no_grad():
+            for p in self.parameters():
+                if id(p) not in skip:
+                    p.normal_(0.0, init_std)
+
+    def paper_parameter_count(self) -> int:
+        """Trainable parameters except word vectors, counting a trainable NULL as a word vector."""
+        count = count_trainable_parameters(self, exclude=self.embedding)
+        if isinstance(self.null_vector, nn.Parameter):
+            count -= self.null_vector.numel()
+        return count
+
+    def _words(
+        self, tokens: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """NULL-prefixed, projected (and optionally self-attended) word representations a-bar."""
+        vectors = self.embedding(tokens)  # (batch, len, d_emb)
+        null = self.null_vector.to(vectors.dtype).expand(vectors.size(0), 1, -1)
+        vectors = torch.cat([null, vectors], dim=1)  # (batch, 1 + len, d_emb)
+        mask = torch.cat([mask.new_ones(mask.size(0), 1), mask.bool()], dim=1)  # (batch, 1 + len)
+        a = self.projection(vectors)  # (batch, 1 + len, h)
+        if self.intra is None:
+            return a, mask, None
+        a_prime, intra_weights = self.intra(a, mask)  # (batch, 1 + len, h), (.., 1 + len, 1 + len)
+        return torch.cat([a, a_prime], dim=-1), mask, intra_weights  # a-bar = [a; a']
+
+    def forward(
+        self,
+        premise: torch.Tensor,
+        premise_mask: torch.Tensor,
+        hypothesis: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_details: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        """Logits ``(batch, num_classes)``; with details, the attention maps (NULL at index 0)."""
+        # premise: (batch, len_p), hypothesis: (batch, len_h); below la = len_p + 1, lb = len_h + 1
+        a_bar, mask_a, intra_a = self._words(premise, premise_mask)  # (batch, la, word_size)
+        b_bar, mask_b, intra_b = self._words(hypothesis, hypothesis_mask)  # (batch, lb, word_size)
+
+        # Attend. Eq. 1: e_ij = F(a-bar_i)^T F(b-bar_j).
+        e = self.F(a_bar) @ self.F(b_bar).transpose(1, 2)  # (batch, la, lb)
+        # Eq. 2: beta_i = sum_j softmax_j(e_ij) b-bar_j; alpha_j = sum_i softmax_i(e_ij) a-bar_i.
+        # The pair mask also zeroes the rows (columns) of padded words, which are never used.
+        pair_mask = mask_a[:, :, None] & mask_b[:, None, :]  # (batch, la, lb)
+        attn_over_b = masked_softmax(e, pair_mask, dim=2)  # real rows sum to 1: (batch, la, lb)
+        attn_over_a = masked_softmax(e, pair_mask, dim=1)  # real cols sum to 1: (batch, la, lb)
+        beta = attn_over_b @ b_bar  # (batch, la, word_size)
+        alpha = attn_over_a.transpose(1, 2) @ a_bar  # (batch, lb, word_size)
+
+        # Compare. Eq. 3: v1_i = G([a-bar_i; beta_i]), v2_j = G([b-bar_j; alpha_j]).
+        v1_i = self.G(torch.cat([a_bar, beta], dim=-1))  # (batch, la, h)
+        v2_j = self.G(torch.cat([b_bar, alpha], dim=-1))  # (batch, lb, h)
+
+        # Aggregate. Eq. 4: sums over real positions only; Eq. 5: y-hat = H([v1; v2]).
+        v1 = (v1_i * mask_a.unsqueeze(-1).to(v1_i.dtype)).sum(dim=1)  # (batch, h)
+        v2 = (v2_j * mask_b.unsqueeze(-1).to(v2_j.dtype)).sum(dim=1)  # (batch, h)
+        logits = self.H(torch.cat([v1, v2], dim=-1))  # (batch, num_classes)
+
+        out = {"logits": logits}
+        if return_details:
+            out["attention_scores"] = e  # (batch, la, lb), unnormalised e_ij
+            out["attention_premise_to_hypothesis"] = attn_over_b  # softmax over j (hypothesis)
+            out["attention_hypothesis_to_premise"] = attn_over_a  # softmax over i (premise)
+            out["premise_mask"] = mask_a  # (batch, la), NULL first
+            out["hypothesis_mask"] = mask_b  # (batch, lb)
+            if intra_a is not None and intra_b is not None:
+                out["intra_attention_premise"] = intra_a  # (batch, la, la)
+                out["intra_attention_hypothesis"] = intra_b  # (batch, lb, lb)
+        return out

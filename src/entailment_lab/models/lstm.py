@@ -1,0 +1,69 @@
+"""LSTM sentence-encoder baseline (Table 2 row 1; Bowman et al. 2015/2016 style).
+
+A shared LSTM reads the premise and the hypothesis separately; each sentence is the LSTM's
+final state at its true last token (packed sequences, so padding is never read); the pair is
+classified from ``[u; v; |u - v|; u * v]`` by an MLP (Mou et al. 2016).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import PairFeatureClassifier
+
+
+class LSTMEncoder(nn.Module):
+    """Embed and encode a sentence: (batch, len) ids -> (batch, hidden_size) final states."""
+
+    def __init__(self, embedding: nn.Embedding, hidden_size: int, dropout: float) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(embedding.embedding_dim, hidden_size, batch_first=True)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.embedding(ids))  # (batch, len, d_emb)
+        lengths = mask.sum(dim=1).cpu()        # (batch,)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        _, (h_n, _) = self.lstm(packed)        # h_n: (1, batch, hidden) at each true end
+        return h_n[-1]
+
+
+class LSTMEncoderClassifier(nn.Module):
+    """Table 2 row 1: shared LSTM encoder + matching features + MLP."""
+
+    def __init__(
+        self,
+        embedding: nn.Embedding,
+        num_classes: int,
+        hidden_size: int,
+        mlp_size: int = 1024,
+        mlp_layers: int = 1,
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        if not isinstance(hidden_size, int) or hidden_size < 1:
+            raise ConfigError(f"dim (the LSTM hidden size) must be a positive integer, got "
+                              f"{hidden_size!r}; e.g. dim=128")
+        self.embedding = embedding
+        self.encoder = LSTMEncoder(embedding, hidden_size, dropout)
+        self.classifier = PairFeatureClassifier(hidden_size, mlp_size, num_classes,
+                                                num_layers=mlp_layers, dropout=dropout)
+
+    def forward(
+        self,
+        premise: torch.Tensor,
+        premise_mask: torch.Tensor,
+        hypothesis: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_details: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        u = self.encoder(premise, premise_mask)        # (batch, hidden)
+        v = self.encoder(hypothesis, hypothesis_mask)  # (batch, hidden)
+        out = {"logits": self.classifier(u, v)}        # (batch, num_classes)
+        if return_details:
+            out.update(premise_vector=u, hypothesis_vector=v)
+        return out

@@ -1,0 +1,154 @@
+"""The one LightningModule: trains, validates and tests any network of ``entailment_lab.models``.
+
+The network is built from config and injected (``net``), as in lightning-hydra-template; this
+module only knows the contract in ``models/__init__.py``: a batch is the network's keyword
+inputs plus ``label``, and the network returns ``{"logits": ...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MaxMetric, MeanMetric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+from entailment_lab.models.common import count_trainable_parameters
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_KEY = "entailment_lab"
+
+
+class ClassifierModule(L.LightningModule):
+    """Cross-entropy training of a sentence-pair (or single-sentence) classifier.
+
+    Args:
+        net: the network (see ``models/__init__.py``).
+        embedding: the network's word-embedding layer, excluded from the parameter count.
+        optimizer: a partial optimiser (``_partial_: true`` in config) taking the parameters.
+        scheduler: an optional partial LR scheduler taking the optimiser.
+        scheduler_interval: ``step`` (the DIN paper decays every 1,000 steps) or ``epoch``.
+        label_names: class names in id order.
+        metadata: stored in every checkpoint under ``"entailment_lab"`` (vocabulary, resolved
+            config) so ``eval.py`` and ``explain.py`` can rebuild the run from the file alone.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        embedding: nn.Embedding,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., Any] | None = None,
+        scheduler_interval: str = "step",
+        label_names: Sequence[str] = ("entailment", "neutral", "contradiction"),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["net", "embedding", "optimizer", "scheduler",
+                                          "metadata"], logger=False)
+        self.net = net
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.scheduler_interval = scheduler_interval
+        self.label_names = list(label_names)
+        self.metadata = dict(metadata or {})
+        num_classes = len(self.label_names)
+        self.num_trainable = count_trainable_parameters(net, exclude=embedding)
+        paper = getattr(net, "paper_parameter_count", None)
+        self.num_paper_convention = int(paper()) if callable(paper) else None
+
+        def accuracy() -> MulticlassAccuracy:
+            return MulticlassAccuracy(num_classes=num_classes, average="micro")
+
+        self.train_acc, self.val_acc, self.test_acc = accuracy(), accuracy(), accuracy()
+        self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
+        self.val_acc_best = MaxMetric()
+        self.val_acc_best.persistent(True)  # survives resuming from last.ckpt
+        self.test_confusion = MulticlassConfusionMatrix(num_classes=num_classes)
+        self.train_acc_at_best: float | None = None  # the paper's "Train" column, see README
+
+    # --- forward -------------------------------------------------------------------------
+    def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
+        inputs = {k: v for k, v in batch.items() if k != "label"}
+        return self.net(**inputs, **kwargs)
+
+    def _step(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self(batch)["logits"]
+        loss = F.cross_entropy(logits, batch["label"])
+        return loss, logits
+
+    def parameter_summary(self) -> dict[str, int]:
+        """``params/trainable`` (true count, no word embeddings) and, if defined, the paper's."""
+        out = {"params/trainable": self.num_trainable}
+        if self.num_paper_convention is not None:
+            out["params/paper_convention"] = self.num_paper_convention
+        return out
+
+    # --- Lightning hooks -----------------------------------------------------------------
+    def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss, logits = self._step(batch)
+        regularizer = getattr(self.net, "regularization_loss", None)
+        if callable(regularizer):
+            reg = regularizer()
+            self.log("train/reg_loss", reg, on_step=True, on_epoch=False)
+            loss = loss + reg
+        self.train_loss(loss)
+        self.train_acc(logits, batch["label"])
+        self.log("train/loss", self.train_loss, on_step=True, on_epoch=True, prog_bar=True)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        loss, logits = self._step(batch)
+        self.val_loss(loss)
+        self.val_acc(logits, batch["label"])
+        self.log("val/loss", self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
+        self.log("val/acc", self.val_acc, on_step=False, on_epoch=True, prog_bar=True)
+
+    def on_validation_epoch_end(self) -> None:
+        acc = self.val_acc.compute()
+        if not self.trainer.sanity_checking:
+            previous = self.val_acc_best.compute() if self.val_acc_best.update_count else None
+            self.val_acc_best(acc)
+            if (previous is None or acc > previous) and self.train_acc.update_count:
+                # Validation runs at the end of the training epoch, so this is its accuracy.
+                self.train_acc_at_best = float(self.train_acc.compute())
+        best = self.val_acc_best.compute() if self.val_acc_best.update_count else acc
+        self.log("val/acc_best", best, sync_dist=True, prog_bar=True)
+
+    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        loss, logits = self._step(batch)
+        self.test_loss(loss)
+        self.test_acc(logits, batch["label"])
+        self.test_confusion(logits, batch["label"])
+        self.log("test/loss", self.test_loss, on_step=False, on_epoch=True)
+        self.log("test/acc", self.test_acc, on_step=False, on_epoch=True)
+
+    def on_test_epoch_start(self) -> None:
+        self.test_confusion.reset()
+
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.parameters() if p.requires_grad]
+        optimizer = self.optimizer_factory(params=params)
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer=optimizer)
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": self.scheduler_interval,
+                                 "frequency": 1}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            **self.metadata,
+            "label_names": self.label_names,
+            "train_acc_at_best": self.train_acc_at_best,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.train_acc_at_best = checkpoint.get(CHECKPOINT_KEY, {}).get("train_acc_at_best")

@@ -1,0 +1,323 @@
+"""Train and evaluate: compose the objects from config, fit, test, write results.
+
+``src/train.py`` and ``src/eval.py`` are thin wrappers around ``train`` and ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import Logger, WandbLogger
+from omegaconf import DictConfig, OmegaConf, open_dict
+from torch import nn
+
+from entailment_lab.data.datamodule import TextDataModule
+from entailment_lab.data.text import Vocabulary
+from entailment_lab.embeddings import random_embeddings
+from entailment_lab.errors import ConfigError, UserError
+from entailment_lab.module import CHECKPOINT_KEY, ClassifierModule
+from entailment_lab.results import ResultsFile, clean_number
+
+log = logging.getLogger(__name__)
+
+
+# --- builders ----------------------------------------------------------------------------
+def _instantiate(node: DictConfig, what: str, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate`` with errors turned into one-line ``ConfigError``s."""
+    try:
+        return hydra.utils.instantiate(node, **kwargs)
+    except UserError:
+        raise
+    except hydra.errors.InstantiationException as err:
+        cause = err.__cause__
+        if isinstance(cause, UserError):
+            raise cause from None
+        lines = [ln.strip() for ln in str(err).strip().splitlines()
+                 if ln.strip() and not ln.strip().startswith("full_key:")]
+        raise ConfigError(f"{what}: {' '.join(lines)}") from err
+
+
+def build_datamodule(data_cfg: DictConfig, vocab: Vocabulary | None = None) -> TextDataModule:
+    """The DataModule, set up (read, tokenised, indexed); ``vocab`` fixes the ids (eval)."""
+    datamodule = _instantiate(data_cfg, "data")
+    if vocab is not None:
+        datamodule.vocab = vocab
+    datamodule.prepare_data()
+    datamodule.setup()
+    return datamodule
+
+
+def build_net(net_cfg: DictConfig, embedding: nn.Embedding, num_classes: int,
+              vocab: Vocabulary) -> nn.Module:
+    """The network from ``model.net``, given the context every model may need."""
+    target = hydra.utils.get_class(net_cfg._target_)
+    context: dict[str, Any] = {"embedding": embedding, "num_classes": num_classes}
+    if "vocab" in inspect.signature(target).parameters:
+        context["vocab"] = list(vocab.itos)
+    return _instantiate(net_cfg, "model.net", _convert_="all", **context)
+
+
+def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[L.Callback]:
+    callbacks = []
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node is None or "_target_" not in node:
+            continue
+        callback = _instantiate(node, f"callbacks.{name}")
+        if isinstance(callback, LearningRateMonitor) and not has_logger:
+            continue  # it refuses to run without a logger
+        callbacks.append(callback)
+    return callbacks
+
+
+def _wandb_defaults() -> None:
+    """Without an API key or WANDB_MODE, go offline instead of failing after 8 seconds."""
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = Path.home() / ".netrc"
+    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
+        return
+    log.warning("W&B: no API key and no WANDB_MODE; logging offline (upload later with "
+                "`wandb sync <job folder>/wandb/offline-run-*`)")
+    os.environ["WANDB_MODE"] = "offline"
+
+
+def _sweep_group() -> str | None:
+    """The W&B group of a multirun job: its sweep folder, e.g. ``2026-11-21_10-00-00-ab12cd``."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return None
+    sweep = Path(hc.sweep.dir)
+    return f"{sweep.parent.name}_{sweep.name}"
+
+
+def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]:
+    loggers = []
+    for name, node in (cfg.get("logger") or {}).items():
+        if node is None or "_target_" not in node:
+            continue
+        if "Wandb" in node._target_:
+            _wandb_defaults()
+            node = node.copy()
+            with open_dict(node):
+                if node.get("group") is None:
+                    node.group = _sweep_group()
+                if resume_id:
+                    node.id, node.resume = resume_id, "allow"
+        loggers.append(_instantiate(node, f"logger.{name}"))
+    return loggers
+
+
+def finish_wandb() -> None:
+    """Close the W&B run so the next job of a multirun starts a new one."""
+    try:
+        import wandb
+    except ImportError:
+        return
+    if wandb.run is not None:
+        wandb.finish()
+
+
+def _checkpoint_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"ckpt_path: no such checkpoint '{file}'")
+    checkpoint = torch.load(file, map_location="cpu", weights_only=False)
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if not meta or "vocab" not in meta:
+        raise ConfigError(f"ckpt_path: '{file}' was not written by this project's train.py "
+                          "(no vocabulary stored in it)")
+    return checkpoint, meta
+
+
+def _run_summary(cfg: DictConfig) -> dict[str, Any]:
+    choices = {}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+        choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
+        overrides = list(hc.overrides.task)
+    except ValueError:
+        overrides = []
+    return {
+        "task": cfg.task_name,
+        "model": cfg.model.name if "model" in cfg else None,
+        "dim": cfg.get("dim"),
+        "seed": cfg.get("seed"),
+        "data": cfg.data.get("name") if "data" in cfg else None,
+        "tags": list(cfg.get("tags") or []),
+        "choices": choices,
+        "overrides": overrides,
+    }
+
+
+# --- tasks -------------------------------------------------------------------------------
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit ``cfg.model`` on ``cfg.data``, test the best checkpoint, write ``results.json``.
+
+    Returns the metrics (also written to the results file); ``cfg.optimized_metric`` among them.
+    """
+    output_dir = Path(cfg.paths.output_dir)
+    results = ResultsFile(output_dir, _run_summary(cfg))
+    results.save()
+    try:
+        metrics = _train(cfg, results)
+    except BaseException as err:
+        results.finish("failed", err)
+        raise
+    finally:
+        finish_wandb()
+    results.finish("completed")
+    return metrics
+
+
+def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
+    L.seed_everything(cfg.seed, workers=True)
+    vocab, resume_id = None, None
+    if cfg.get("ckpt_path"):
+        _, meta = _checkpoint_metadata(cfg.ckpt_path)
+        vocab, resume_id = Vocabulary(meta["vocab"]), meta.get("wandb_run_id")
+    datamodule = build_datamodule(cfg.data, vocab)
+    embedding = _instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
+    net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
+    scheduler_cfg = cfg.scheduler.get("scheduler")
+    module = ClassifierModule(
+        net=net,
+        embedding=embedding,
+        optimizer=_instantiate(cfg.optimizer, "optimizer"),
+        scheduler=_instantiate(scheduler_cfg, "scheduler") if scheduler_cfg else None,
+        scheduler_interval=cfg.scheduler.get("interval", "step"),
+        label_names=datamodule.label_names,
+        metadata={
+            "vocab": datamodule.vocab.itos,
+            "embedding_dim": embedding.embedding_dim,
+            "config": OmegaConf.to_container(cfg, resolve=True),
+        },
+    )
+    params = module.parameter_summary()
+    log.info("parameters (trainable, without word embeddings): %s", params)
+    results.update(params={k.removeprefix("params/"): v for k, v in params.items()},
+                   data_stats=datamodule.stats, embedding_stats=getattr(embedding, "stats", {}))
+    results.save()
+
+    loggers = build_loggers(cfg, resume_id)
+    callbacks = build_callbacks(cfg, has_logger=bool(loggers))
+    trainer: L.Trainer = _instantiate(cfg.trainer, "trainer", callbacks=callbacks,
+                                      logger=loggers or False)
+    for lg in loggers:
+        lg.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), **params})
+        if isinstance(lg, WandbLogger):
+            lg.experiment.summary.update(params)
+            results.update(wandb_run_id=lg.version)
+            module.metadata["wandb_run_id"] = lg.version
+
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    metrics = {k: clean_number(v) for k, v in trainer.callback_metrics.items()
+               if k.startswith(("train/", "val/"))}
+    metrics["train/acc_at_best"] = clean_number(module.train_acc_at_best)
+    metrics["epochs"] = trainer.current_epoch
+
+    checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint)), None)
+    best = checkpoint.best_model_path if checkpoint else ""
+    results.update(best_checkpoint=best or None)
+    if cfg.get("test") and not trainer.fast_dev_run:
+        trainer.test(module, datamodule=datamodule, ckpt_path=best or None)
+    elif cfg.get("test"):
+        trainer.test(module, datamodule=datamodule)
+    if cfg.get("test"):
+        metrics.update({k: clean_number(v) for k, v in trainer.callback_metrics.items()
+                        if k.startswith("test/")})
+        confusion = module.test_confusion.compute().tolist()
+        results.update(test_confusion_matrix=confusion, labels=module.label_names)
+        _log_confusion(loggers, confusion, module.label_names)
+    results.update(metrics=metrics)
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            lg.experiment.summary.update({k: v for k, v in metrics.items() if v is not None})
+    return metrics
+
+
+def _log_confusion(loggers: list[Logger], confusion: list[list[int]], labels: list[str]) -> None:
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            import wandb
+
+            rows = [[gold, pred, confusion[i][j]] for i, gold in enumerate(labels)
+                    for j, pred in enumerate(labels)]
+            lg.experiment.log({"test/confusion_matrix": wandb.Table(
+                columns=["gold", "predicted", "count"], data=rows)})
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Evaluate ``cfg.ckpt_path`` on ``cfg.split``; write ``results.json`` in the job folder."""
+    results = ResultsFile(cfg.paths.output_dir, {"task": "eval", "ckpt_path": cfg.ckpt_path,
+                                                 "split": cfg.split})
+    try:
+        metrics = _evaluate(cfg, results)
+    except BaseException as err:
+        results.finish("failed", err)
+        raise
+    finally:
+        finish_wandb()
+    results.finish("completed")
+    return metrics
+
+
+def load_trained(ckpt_path: str | os.PathLike, data_overrides: Mapping[str, Any] | None = None
+                 ) -> tuple[ClassifierModule, TextDataModule | None, DictConfig]:
+    """Rebuild a trained module (and, if ``data_overrides`` is given, its data) from a file."""
+    checkpoint, meta = _checkpoint_metadata(ckpt_path)
+    run_cfg = OmegaConf.create(meta["config"])
+    vocab = Vocabulary(meta["vocab"])
+    # Shape-only embedding: the trained weights come from the state dict below.
+    embedding = random_embeddings(vocab, dim=meta["embedding_dim"], freeze=True)
+    net = build_net(run_cfg.model.net, embedding, len(meta["label_names"]), vocab)
+    module = ClassifierModule(net, embedding, optimizer=torch.optim.Adam,
+                              label_names=meta["label_names"])
+    module.load_state_dict(checkpoint["state_dict"])
+    module.eval()
+    datamodule = None
+    if data_overrides is not None:
+        data_cfg = run_cfg.data
+        with open_dict(data_cfg):
+            for key, value in data_overrides.items():
+                if isinstance(value, Mapping):
+                    for sub, v in value.items():
+                        if v is not None:
+                            data_cfg[key][sub] = v
+                elif value is not None:
+                    data_cfg[key] = value
+        datamodule = build_datamodule(data_cfg, vocab)
+    return module, datamodule, run_cfg
+
+
+def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
+    L.seed_everything(cfg.seed, workers=True)
+    overrides = OmegaConf.to_container(cfg.data, resolve=True) if cfg.get("data") else {}
+    module, datamodule, run_cfg = load_trained(cfg.ckpt_path, overrides)
+    results.update(model=run_cfg.model.name, dim=run_cfg.get("dim"),
+                   data=run_cfg.data.get("name"), params=module.parameter_summary())
+    loggers = build_loggers(cfg)
+    trainer: L.Trainer = _instantiate(cfg.trainer, "trainer", logger=loggers or False,
+                                      callbacks=[])
+    trainer.test(module, dataloaders=datamodule.dataloader(cfg.split))
+    metrics = {f"{cfg.split}/{k.removeprefix('test/')}": clean_number(v)
+               for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+    results.update(metrics=metrics, confusion_matrix=module.test_confusion.compute().tolist(),
+                   labels=module.label_names)
+    log.info("%s", metrics)
+    return metrics

@@ -1,0 +1,81 @@
+"""The per-job results file (``results.json`` in the job folder).
+
+Written atomically at the start (``status: running``) and at the end (``completed`` or
+``failed`` with the error), so a reader (``report.py``) can tell finished, crashed and
+still-running jobs apart and never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS_FILE = "results.json"
+SCHEMA_VERSION = 1
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to a temporary file in the same folder, then rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    tmp.replace(path)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):  # tensors, numpy scalars
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def clean_number(value: Any) -> float | None:
+    """A float for JSON, with NaN/inf as ``None``."""
+    if value is None:
+        return None
+    value = float(value.item() if hasattr(value, "item") else value)
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+class ResultsFile:
+    """Incrementally built results of one job."""
+
+    def __init__(self, folder: str | Path, summary: dict[str, Any]) -> None:
+        self.path = Path(folder) / RESULTS_FILE
+        self.started = time.time()
+        self.data: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "status": "running",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+            "pid": os.getpid(),
+            **summary,
+        }
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields)
+
+    def save(self) -> None:
+        self.data["wall_time_s"] = round(time.time() - self.started, 2)
+        write_json_atomic(self.path, self.data)
+
+    def finish(self, status: str, error: BaseException | None = None) -> None:
+        self.data["status"] = status
+        if error is not None:
+            self.data["error"] = f"{type(error).__name__}: {error}"
+        self.save()
+
+
+def read_results(path: str | Path) -> dict[str, Any]:
+    """Read a results file; a missing or unreadable one gives a ``status`` that says so."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {"status": "missing", "error": f"no {RESULTS_FILE} in {path.parent}"}
+    except (OSError, json.JSONDecodeError) as err:
+        return {"status": "unreadable", "error": f"{path}: {err}"}

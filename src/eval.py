@@ -1,0 +1,18 @@
+"""Evaluate a checkpoint on a split: ``python src/eval.py ckpt_path=... split=test``."""
+
+import hydra
+from omegaconf import DictConfig
+
+from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
+from entailment_lab.pipeline import evaluate
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval")
+def main(cfg: DictConfig) -> float | None:
+    return run_task(evaluate, cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Shared fixtures: a small pair corpus written by the project, and Hydra composition."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from entailment_lab.cli import CONFIG_DIR, register_resolvers
+from entailment_lab.data.demo import write_demo_corpus
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_SILENT", "true")
+register_resolvers()
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def pair_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """train / validation / test JSONL files of templated pairs (60 / 30 / 30)."""
+    folder = tmp_path_factory.mktemp("pairs")
+    return write_demo_corpus(folder, sizes={"train": 60, "validation": 30, "test": 30}, seed=7)
+
+
+def file_overrides(files: dict[str, str]) -> list[str]:
+    return [f"data.files.{split}={path}" for split, path in files.items()]
+
+
+def compose_cfg(overrides: list[str], tmp_path: Path, config_name: str = "train") -> DictConfig:
+    """Compose a real config as ``src/train.py`` would, with the job folder in ``tmp_path``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
+        cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(tmp_path)
+        cfg.hydra.job.num = 0
+        cfg.paths.output_dir = str(tmp_path)
+        cfg.paths.data_dir = str(tmp_path / "data")
+        cfg.paths.cache_dir = str(tmp_path / "cache")
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]  # a task function never sees it
+    return cfg
+
+
+# Fast settings for training tests: random trainable embeddings, tiny model, no W&B.
+FAST = [
+    "embeddings=random", "embeddings.dim=16", "logger=csv", "callbacks.rich_progress_bar=null",
+    "trainer.accelerator=cpu", "trainer.enable_model_summary=false", "data.batch_size=16",
+]

@@ -1,0 +1,252 @@
+"""DCNN: the pooling/folding/k-schedule pieces, masking, gradients, L2 and a tiny overfit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import count_trainable_parameters
+from entailment_lab.models.dcnn import (
+    DCNNClassifier,
+    DCNNEncoder,
+    DCNNLayer,
+    DCNNPairClassifier,
+    dynamic_k,
+    fold,
+    k_max_pooling,
+    wide_convolution_mask,
+)
+
+VOCAB = 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster and does not fight parallel jobs for CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id sequences; padded slots get random real ids so only the mask can hide them."""
+    length = max(len(s) for s in sentences)
+    ids = torch.randint(1, VOCAB, (len(sentences), length))
+    mask = torch.zeros(len(sentences), length, dtype=torch.bool)
+    for row, sentence in enumerate(sentences):
+        ids[row, : len(sentence)] = sentence
+        mask[row, : len(sentence)] = True
+    return ids, mask
+
+
+def random_sentences(lengths: list[int]) -> list[torch.Tensor]:
+    return [torch.randint(1, VOCAB, (n,)) for n in lengths]
+
+
+# --- the pieces -------------------------------------------------------------------------------
+
+
+def test_dynamic_k_matches_the_papers_example():
+    # Sec. 3.3: three convolutional layers, k_top = 3, s = 18 -> k_1 = 12, k_2 = 6, k_3 = 3.
+    assert [dynamic_k(layer, 3, 18, 3) for layer in (1, 2, 3)] == [12, 6, 3]
+    assert dynamic_k(1, 2, 7, 4) == 4  # ceil(3.5) = 4
+    assert dynamic_k(1, 2, 9, 4) == 5  # ceil(4.5) = 5
+    lengths = torch.tensor([18, 1, 7])
+    assert dynamic_k(1, 3, lengths, 3).tolist() == [12, 3, 5]
+
+
+def test_k_max_pooling_keeps_the_k_largest_in_original_order():
+    x = torch.tensor([[[3.0, 1.0, 5.0, 2.0, 4.0, 0.0], [0.0, 9.0, 1.0, 8.0, 2.0, 7.0]]])
+    values, mask = k_max_pooling(x, 3)
+    assert values.tolist() == [[[3.0, 5.0, 4.0], [9.0, 8.0, 7.0]]]
+    assert mask.tolist() == [[True, True, True]]
+
+
+def test_k_max_pooling_ignores_padding_and_uses_per_sample_k():
+    x = torch.tensor([[1.0, 6.0, 2.0, 9.0, 9.0], [4.0, 3.0, 8.0, 1.0, 5.0]])
+    real = torch.tensor([[True, True, True, False, False], [True] * 5])
+    values, mask = k_max_pooling(x, torch.tensor([2, 4]), real)
+    assert values.tolist() == [[6.0, 2.0, 0.0, 0.0], [4.0, 3.0, 8.0, 5.0]]
+    assert mask.tolist() == [[True, True, False, False], [True] * 4]
+    # k larger than the real length is clipped; a fixed output length pads with masked zeros.
+    values, mask = k_max_pooling(x[:1], 4, real[:1], output_length=6)
+    assert values.tolist() == [[1.0, 6.0, 2.0, 0.0, 0.0, 0.0]]
+    assert mask.tolist() == [[True, True, True, False, False, False]]
+
+
+def test_folding_sums_adjacent_rows():
+    x = torch.arange(24.0).reshape(1, 1, 4, 6)  # (batch, maps, rows, T)
+    folded = fold(x)
+    assert folded.shape == (1, 1, 2, 6)
+    torch.testing.assert_close(folded[0, 0, 0], x[0, 0, 0] + x[0, 0, 1])
+    torch.testing.assert_close(folded[0, 0, 1], x[0, 0, 2] + x[0, 0, 3])
+    with pytest.raises(ValueError):
+        fold(torch.zeros(1, 3, 5))
+
+
+def test_wide_convolution_has_s_plus_m_minus_1_outputs_and_row_specific_filters():
+    torch.manual_seed(0)
+    layer = DCNNLayer(maps_in=2, maps_out=3, rows=4, width=5, folding=False)
+    x = torch.randn(1, 2, 4, 7)  # s = 7
+    mask = torch.ones(1, 7, dtype=torch.bool)
+    assert wide_convolution_mask(mask, 5).sum().item() == 7 + 5 - 1
+    out, out_mask = layer(x, mask, torch.tensor([11]), None)  # k = s + m - 1: keep everything
+    assert out.shape == (1, 3, 4, 11) and out_mask.all()
+    # Eq. 1 and 7 by hand: F_j[row] = sum_k m_{j,k,row} (*) F_k[row], wide, then bias and tanh.
+    padded = nn.functional.pad(x, (4, 4))
+    expected = torch.zeros(3, 4, 11)
+    for j in range(3):
+        for row in range(4):
+            for t in range(11):
+                window = padded[0, :, row, t : t + 5]  # s_{t-m+1 : t}, all input maps
+                expected[j, row, t] = (layer.weight[:, j, row, :] * window).sum()
+    expected = torch.tanh(expected + layer.bias[:, :, None])
+    torch.testing.assert_close(out[0], expected.detach(), rtol=1e-5, atol=1e-6)
+    # A 4th-order weight tensor: maps_in x maps_out x rows x width, no sharing across rows.
+    assert layer.weight.shape == (2, 3, 4, 5)
+
+
+# --- the models -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("folding", "features", "expected"),
+    [
+        # conv1 1*6*48*7 + 6*48, conv2 6*14*48*5 + 14*24, output 1344*2 + 2
+        ((False, True), 14 * 24 * 4, 25_490),
+        # conv1 1*6*48*7 + 6*24, conv2 6*14*24*5 + 14*12, output 672*2 + 2
+        ((True, True), 14 * 12 * 4, 13_754),
+    ],
+)
+def test_parameter_count_of_the_paper_configuration(folding, features, expected):
+    model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=2, folding=folding)
+    assert model.encoder.output_size == features
+    assert count_trainable_parameters(model, exclude=model.embedding) == expected
+
+
+def test_sentence_padding_does_not_change_logits():
+    torch.manual_seed(1)
+    model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=5).eval()
+    for length in (1, 3, 8):
+        sentence = torch.randint(1, VOCAB, (length,))
+        alone = model(*pad_batch([sentence]))["logits"]
+        batch = model(*pad_batch([sentence, *random_sentences([17, 11])]))["logits"]
+        torch.testing.assert_close(batch[0:1], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_pair_padding_does_not_change_logits():
+    torch.manual_seed(2)
+    model = DCNNPairClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=3).eval()
+    premise, hypothesis = torch.randint(1, VOCAB, (6,)), torch.randint(1, VOCAB, (3,))
+    alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
+    batch = model(
+        *pad_batch([premise, *random_sentences([15, 9])]),
+        *pad_batch([hypothesis, *random_sentences([8, 13])]),
+    )["logits"]
+    torch.testing.assert_close(batch[0:1], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_details_report_per_sample_k():
+    model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=2).eval()
+    ids, mask = pad_batch(random_sentences([18, 3]))
+    out = model(ids, mask, return_details=True)
+    # Two layers: k_1 = max(4, ceil(s / 2)), k_2 = k_top = 4.
+    assert out["k"].tolist() == [[9, 4], [4, 4]]
+    assert out["features"].shape == (2, 14 * 24 * 4)
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_gradients_reach_every_trainable_parameter(pair):
+    torch.manual_seed(3)
+    embedding = nn.Embedding(VOCAB, 48, padding_idx=0)
+    labels = torch.tensor([0, 1, 2])
+    if pair:
+        model = DCNNPairClassifier(embedding, num_classes=3)
+        inputs = (*pad_batch(random_sentences([9, 4, 12])), *pad_batch(random_sentences([5, 7, 2])))
+    else:
+        model = DCNNClassifier(embedding, num_classes=3)
+        inputs = pad_batch(random_sentences([9, 4, 12]))
+    logits = model(*inputs)["logits"]
+    (nn.functional.cross_entropy(logits, labels) + model.regularization_loss()).backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, name
+        assert parameter.grad.abs().sum() > 0, name
+
+
+def test_regularization_loss_is_the_per_layer_l2():
+    embedding = nn.Embedding(VOCAB, 48, padding_idx=0)
+    model = DCNNClassifier(embedding, num_classes=2, l2=(1.0, 2.0, 3.0, 4.0))
+    layers = model.encoder.layers
+    expected = 0.5 * (
+        1.0 * embedding.weight.pow(2).sum()
+        + 2.0 * layers[0].weight.pow(2).sum()
+        + 3.0 * layers[1].weight.pow(2).sum()
+        + 4.0 * model.output.weight.pow(2).sum()
+    )
+    torch.testing.assert_close(model.regularization_loss(), expected)
+    embedding.weight.requires_grad_(False)  # frozen word vectors are not penalised
+    torch.testing.assert_close(
+        model.regularization_loss(), expected - 0.5 * embedding.weight.pow(2).sum()
+    )
+
+
+def test_sentence_classifier_overfits_24_random_sentences():
+    torch.manual_seed(4)
+    model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=3, dropout=0.0)
+    ids, mask = pad_batch(random_sentences(torch.randint(2, 12, (24,)).tolist()))
+    labels = torch.arange(24) % 3
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(300):  # no dropout: the training forward also measures accuracy
+        logits = model(ids, mask)["logits"]
+        if (logits.argmax(1) == labels).all():
+            break
+        optimiser.zero_grad()
+        nn.functional.cross_entropy(logits, labels).backward()
+        optimiser.step()
+    assert (logits.argmax(1) == labels).all()
+
+
+def test_pair_classifier_overfits_24_random_pairs():
+    torch.manual_seed(5)
+    model = DCNNPairClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=3, dropout=0.0)
+    premises = pad_batch(random_sentences(torch.randint(3, 10, (24,)).tolist()))
+    hypotheses = pad_batch(random_sentences(torch.randint(2, 8, (24,)).tolist()))
+    labels = torch.arange(24) % 3
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(300):
+        logits = model(*premises, *hypotheses)["logits"]
+        if (logits.argmax(1) == labels).all():
+            break
+        optimiser.zero_grad()
+        nn.functional.cross_entropy(logits, labels).backward()
+        optimiser.step()
+    assert (logits.argmax(1) == labels).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"filter_widths": (7, 5, 3)},  # lengths disagree
+        {"feature_maps": (6, 0)},
+        {"filter_widths": (0, 5)},
+        {"k_top": 0},
+        {"dropout": 1.5},
+        {"l2": (1e-4, 1e-4)},  # needs embedding + 2 conv + output
+        {"l2": (1e-4, -1.0, 0.0, 0.0)},
+    ],
+)
+def test_bad_config_raises_config_error(kwargs):
+    with pytest.raises(ConfigError):
+        DCNNClassifier(nn.Embedding(VOCAB, 48), num_classes=2, **kwargs)
+
+
+def test_embedding_size_must_survive_folding():
+    with pytest.raises(ConfigError, match="divisible by 4"):
+        DCNNPairClassifier(nn.Embedding(VOCAB, 50), num_classes=3, folding=(True, True))
+    with pytest.raises(ConfigError, match="divisible by 2"):
+        DCNNEncoder(51)
+    # Folding only at the top layer (the paper's Fig. 3, the default) accepts 50-d vectors.
+    assert DCNNEncoder(50).output_size == 14 * 25 * 4

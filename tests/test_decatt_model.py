@@ -1,0 +1,132 @@
+"""Decomposable Attention: parameter counts of Table 2, masking, gradients, a tiny overfit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import count_trainable_parameters
+from entailment_lab.models.decatt import DecomposableAttention
+
+VOCAB = 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster and does not fight parallel jobs for CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def frozen_embedding(dim: int = 300) -> nn.Embedding:
+    torch.manual_seed(0)
+    embedding = nn.Embedding(VOCAB, dim, padding_idx=0)
+    embedding.weight.requires_grad_(False)
+    return embedding
+
+
+def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id sequences; padded slots get random real ids so only the mask can hide them."""
+    length = max(len(s) for s in sentences)
+    ids = torch.randint(1, VOCAB, (len(sentences), length))
+    mask = torch.zeros(len(sentences), length, dtype=torch.bool)
+    for row, sentence in enumerate(sentences):
+        ids[row, : len(sentence)] = sentence
+        mask[row, : len(sentence)] = True
+    return ids, mask
+
+
+@pytest.mark.parametrize(("intra", "expected"), [(False, 381_803), (True, 582_214)])
+def test_parameter_count_matches_table_2(intra, expected):
+    model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=intra)
+    assert count_trainable_parameters(model, exclude=model.embedding) == expected
+    assert model.paper_parameter_count() == expected
+
+
+def test_trainable_null_is_a_word_vector_in_the_paper_count():
+    model = DecomposableAttention(frozen_embedding(), num_classes=3, null_trainable=True)
+    assert count_trainable_parameters(model, exclude=model.embedding) == 381_803 + 300
+    assert model.paper_parameter_count() == 381_803
+
+
+@pytest.mark.parametrize("intra", [False, True])
+def test_padding_does_not_change_logits(intra):
+    torch.manual_seed(1)
+    model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=intra).eval()
+    premise, hypothesis = torch.randint(1, VOCAB, (5,)), torch.randint(1, VOCAB, (4,))
+    alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
+
+    others_p = [torch.randint(1, VOCAB, (n,)) for n in (14, 9)]
+    others_h = [torch.randint(1, VOCAB, (n,)) for n in (7, 12)]
+    batch = model(*pad_batch([premise, *others_p]), *pad_batch([hypothesis, *others_h]))
+    torch.testing.assert_close(batch["logits"][0:1], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_maps_shapes_and_normalisation():
+    model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=True).eval()
+    p_ids, p_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (6, 3)])
+    h_ids, h_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (2, 5)])
+    out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
+    to_h, to_p = out["attention_premise_to_hypothesis"], out["attention_hypothesis_to_premise"]
+    assert to_h.shape == to_p.shape == (2, 7, 6)  # (batch, len_p + 1, len_h + 1)
+    assert out["intra_attention_premise"].shape == (2, 7, 7)
+    # Rows over the hypothesis (real premise rows) and columns over the premise sum to 1.
+    torch.testing.assert_close(to_h.sum(2)[out["premise_mask"]], torch.ones(6 + 3 + 2))
+    torch.testing.assert_close(to_p.sum(1)[out["hypothesis_mask"]], torch.ones(2 + 5 + 2))
+    # Padding gets no weight and padded words have all-zero maps; NULL (index 0) is real.
+    pair_mask = out["premise_mask"][:, :, None] & out["hypothesis_mask"][:, None, :]
+    assert to_h[~pair_mask].abs().max() == 0 and to_p[~pair_mask].abs().max() == 0
+    assert not pair_mask[0, :, 3:].any() and not pair_mask[1, 4:, :].any()
+    assert out["premise_mask"][:, 0].all()
+
+
+@pytest.mark.parametrize("intra", [False, True])
+def test_gradients_reach_every_trainable_parameter(intra):
+    torch.manual_seed(2)
+    model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=intra)
+    # Lengths > 11 so that every distance bucket 0..10 occurs.
+    p_ids, p_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (13, 6, 9)])
+    h_ids, h_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (4, 12, 7)])
+    logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
+    nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2])).backward()
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            assert parameter.grad is not None, name
+            assert parameter.grad.abs().sum() > 0, name
+    assert model.embedding.weight.grad is None  # frozen word vectors
+
+
+def test_overfits_24_random_pairs():
+    torch.manual_seed(3)
+    embedding = nn.Embedding(VOCAB, 50, padding_idx=0)
+    embedding.weight.requires_grad_(False)
+    model = DecomposableAttention(embedding, num_classes=3, hidden_size=64, dropout=0.0)
+    p_ids, p_mask = pad_batch(
+        [torch.randint(1, VOCAB, (int(n),)) for n in torch.randint(3, 9, (24,))]
+    )
+    h_ids, h_mask = pad_batch(
+        [torch.randint(1, VOCAB, (int(n),)) for n in torch.randint(2, 7, (24,))]
+    )
+    labels = torch.arange(24) % 3
+    optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    for _ in range(300):  # no dropout: the training forward also measures accuracy
+        logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
+        if (logits.argmax(1) == labels).all():
+            break
+        optimiser.zero_grad()
+        nn.functional.cross_entropy(logits, labels).backward()
+        optimiser.step()
+    assert (logits.argmax(1) == labels).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"hidden_size": 0}, {"dropout": 1.0}, {"max_distance": -1}, {"init_std": 0.0}],
+)
+def test_bad_config_raises_config_error(kwargs):
+    with pytest.raises(ConfigError):
+        DecomposableAttention(frozen_embedding(), num_classes=3, **kwargs)

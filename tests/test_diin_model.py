@@ -1,0 +1,306 @@
+"""DIIN (models/diin.py) in pure torch: shapes, masks, features, gradients, penalty, overfitting.
+
+Small configurations (max_length 8, two tiny dense blocks) keep the whole file to a few seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import count_trainable_parameters
+from entailment_lab.models.diin import (
+    DIIN,
+    Highway,
+    SelfAttentionEncoder,
+    build_char_ids,
+    build_match_keys,
+    exact_match_feature,
+    fit_length,
+)
+
+VOCAB = [
+    "<pad>", "<unk>", "a", "man", "Man", "dog", "runs", "running", "n't", "not", "sleeps",
+    "the", "cat", "is", "outside", "extraordinarily", ".",
+]  # fmt: skip
+IDS = {token: i for i, token in enumerate(VOCAB)}
+
+SMALL = {
+    "max_length": 8,
+    "char_dim": 4,
+    "char_filters": 6,
+    "char_width": 3,
+    "max_word_length": 8,
+    "highway_layers": 1,
+    "scale_down": 0.5,
+    "dense_blocks": 2,
+    "dense_layers": 2,
+    "growth_rate": 4,
+    "transition_rate": 0.5,
+}
+
+
+def small_diin(vocab=VOCAB, emb_dim=10, num_classes=3, **overrides) -> DIIN:
+    torch.manual_seed(0)
+    embedding = nn.Embedding(len(vocab), emb_dim, padding_idx=0)
+    return DIIN(embedding, num_classes, vocab, **{**SMALL, **overrides})
+
+
+def ids(*tokens: str) -> list[int]:
+    return [IDS[t] for t in tokens]
+
+
+def batch(
+    sentences: list[list[int]], length: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (ids, mask) for a list of id lists."""
+    length = length or max(len(s) for s in sentences)
+    x = torch.zeros(len(sentences), length, dtype=torch.long)
+    for row, s in enumerate(sentences):
+        x[row, : len(s)] = torch.tensor(s)
+    return x, x != 0
+
+
+def test_shapes_and_details():
+    model = small_diin().eval()
+    p, pm = batch([ids("a", "man", "runs"), ids("the", "cat", "is", "outside", ".")])
+    h, hm = batch([ids("a", "dog", "sleeps"), ids("a", "cat", "runs")])
+    out = model(p, pm, h, hm, return_details=True)
+    assert out["logits"].shape == (2, 3)
+    assert out["interaction_norm"].shape == (2, 5, 3)
+    assert out["premise_attention"].shape == (2, 5, 5)
+    assert out["hypothesis_attention"].shape == (2, 3, 3)
+    assert out["premise_exact_match"].shape == (2, 5)
+    # Padded cells of the interaction image are zero: premise 0 has 3 real tokens.
+    assert torch.all(out["interaction_norm"][0, 3:] == 0)
+    # Inputs longer than max_length are truncated inside the model.
+    long_p, long_pm = batch([ids(*["a"] * 12)])
+    out = model(long_p, long_pm, h[:1], hm[:1], return_details=True)
+    assert out["logits"].shape == (1, 3)
+    assert out["interaction_norm"].shape == (1, 8, 3)
+
+
+def test_padding_invariance():
+    model = small_diin(dropout=0.0).eval()
+    p, h = ids("a", "man", "runs"), ids("a", "man", "is", "outside")
+    alone = model(*batch([p]), *batch([h]))["logits"]
+    longer_p = ids("the", "cat", "is", "outside", "a", "dog", "sleeps")
+    longer_h = ids("a", "cat", "sleeps", ".", "the", "dog", "runs", "running", "a", "man")
+    # Padded to 7 / 10 tokens (the hypothesis batch exceeds max_length = 8).
+    in_batch = model(*batch([longer_p, p]), *batch([longer_h, h]))["logits"][1:]
+    torch.testing.assert_close(in_batch, alone, rtol=1e-5, atol=1e-6)
+    # Extra all-padding columns beyond the batch's longest sentence change nothing either.
+    padded = model(*batch([p], length=6), *batch([h], length=12))["logits"]
+    torch.testing.assert_close(padded, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_exact_match_feature():
+    keys = build_match_keys(VOCAB)
+    assert keys[IDS["<pad>"]] == -1 and keys[IDS["<unk>"]] == -1
+    assert keys[IDS["man"]] == keys[IDS["Man"]]  # case-insensitive
+    assert keys[IDS["n't"]] == keys[IDS["not"]]  # official preprocessing reads n't as not
+    assert keys[IDS["runs"]] != keys[IDS["running"]]  # no stemming by default
+
+    p, pm = batch([ids("Man", "runs", "<unk>", "n't"), ids("a", "cat")])
+    h, hm = batch([ids("a", "man", "<unk>", "not", "running"), ids("cat", "a", "cat")])
+    em_p = exact_match_feature(keys[p], pm, keys[h], hm).squeeze(-1)
+    em_h = exact_match_feature(keys[h], hm, keys[p], pm).squeeze(-1)
+    assert em_p.tolist() == [[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0]]
+    assert em_h.tolist() == [[0.0, 1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0, 0.0]]
+    # A real token never matches the other sentence's padding (pad id 0 has key -1 anyway,
+    # but the mask must also hold when a caller pads with a real id).
+    h_masked = hm.clone()
+    h_masked[0, 1] = False
+    assert exact_match_feature(keys[p], pm, keys[h], h_masked)[0, 0, 0] == 0.0
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("snowballstemmer") is None, reason="snowballstemmer not installed"
+)
+def test_exact_match_with_stems():
+    keys = build_match_keys(VOCAB, stem=True)
+    assert keys[IDS["runs"]] == keys[IDS["running"]]
+
+
+def test_char_ids_from_vocab():
+    char_ids, alphabet = build_char_ids(VOCAB, max_word_length=8)
+    assert char_ids.shape == (len(VOCAB), 8)
+    assert alphabet == sorted(alphabet) and len(set(alphabet)) == len(alphabet)
+    assert "<" not in alphabet  # special tokens contribute no characters
+    assert torch.all(char_ids[IDS["<pad>"]] == 0) and torch.all(char_ids[IDS["<unk>"]] == 0)
+
+    def spelled(row: torch.Tensor) -> str:
+        return "".join(alphabet[k - 1] for k in row.tolist() if k > 0)
+
+    assert spelled(char_ids[IDS["dog"]]) == "dog"
+    assert char_ids[IDS["dog"], 3:].eq(0).all()  # padded with char id 0
+    assert spelled(char_ids[IDS["extraordinarily"]]) == "extraord"  # cut at max_word_length
+    assert spelled(char_ids[IDS["n't"]]) == "n't"
+    model = small_diin()
+    assert torch.equal(model.char_ids, char_ids)
+    assert model.char_features.embedding.num_embeddings == len(alphabet) + 1
+
+
+def test_self_attention_and_highway_masks():
+    torch.manual_seed(0)
+    encoder = SelfAttentionEncoder(6).eval()
+    x = torch.randn(2, 5, 6)
+    mask = torch.tensor([[True, True, True, False, False], [True] * 5])
+    out, attention = encoder(x, mask)
+    # The tri-linear score equals w·[a; b; a∘b] written out in full.
+    a, b = x[0, 1], x[0, 2]
+    full = encoder.w @ torch.cat([a, b, a * b])
+    torch.testing.assert_close(encoder.attention_scores(x)[0, 1, 2], full)
+    # Zero weight on padded keys, rows of real queries sum to one, padded queries all zero.
+    assert torch.all(attention[0, :, 3:] == 0)
+    torch.testing.assert_close(attention[0, :3].sum(-1), torch.ones(3))
+    assert torch.all(attention[0, 3:] == 0) and torch.all(out[0, 3:] == 0)
+    # Changing what sits at padded positions changes nothing at real positions.
+    x2 = x.clone()
+    x2[0, 3:] = 100 * torch.randn(2, 6)
+    out2, _ = encoder(x2, mask)
+    torch.testing.assert_close(out2[0, :3], out[0, :3])
+    # The highway network is position-wise: a change at one position stays there.
+    highway = Highway(6, 2).eval()
+    y, y2 = highway(x), highway(x2)
+    torch.testing.assert_close(y[0, :3], y2[0, :3])
+    torch.testing.assert_close(y[1], y2[1])
+
+
+def test_gradients_reach_every_trainable_parameter():
+    model = small_diin(share_highway=False, dropout=0.1).train()
+    p, pm = batch([ids("a", "man", "runs"), ids("the", "cat", "is", "outside", ".")])
+    h, hm = batch([ids("a", "man", "sleeps"), ids("a", "cat", "runs", "outside")])
+    logits = model(p, pm, h, hm)["logits"]
+    loss = F.cross_entropy(logits, torch.tensor([0, 2])) + model.regularization_loss()
+    loss.backward()
+    assert model.embedding.weight.requires_grad  # train_embeddings=True: the paper fine-tunes
+    for name, param in model.named_parameters():
+        assert param.requires_grad, name
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+    assert model.embedding.weight.grad[0].abs().sum() == 0  # padding row stays zero
+
+
+def test_regularization_loss():
+    model = small_diin(share_highway=False, diff_penalty=1e-3)
+    assert model.regularization_loss() > 0
+    expected = sum(
+        (model.encoder_p.get_parameter(n) - model.encoder_h.get_parameter(n)).pow(2).sum()
+        for n in ["w", "W1.weight", "W2.weight", "W3.weight"]
+    ) + sum(
+        (w_p - w_h).pow(2).sum()
+        for (n, w_p), (_, w_h) in zip(
+            model.highway_p.named_parameters(), model.highway_h.named_parameters(), strict=True
+        )
+        if n.endswith("weight")
+    )
+    torch.testing.assert_close(model.regularization_loss(), 1e-3 * expected)
+    model.encoder_h.load_state_dict(model.encoder_p.state_dict())
+    model.highway_h.load_state_dict(model.highway_p.state_dict())
+    assert model.regularization_loss() == 0
+    # Biases are not penalised (official code: kernels only).
+    with torch.no_grad():
+        model.encoder_h.W1.bias.add_(1.0)
+    assert model.regularization_loss() == 0
+    # Shared highway: only the self-attention encoders are compared.
+    shared = small_diin(share_highway=True)
+    shared.encoder_h.load_state_dict(shared.encoder_p.state_dict())
+    assert shared.highway_h is None and shared.regularization_loss() == 0
+
+
+def test_dropout_schedule_and_embedding_freeze():
+    model = small_diin(dropout=0.1, dropout_decay_rate=0.5, dropout_decay_steps=2)
+    assert model.current_dropout() == pytest.approx(0.1)
+    p, pm = batch([ids("a", "man")])
+    model.train()
+    model(p, pm, p, pm)
+    model(p, pm, p, pm)
+    assert int(model.train_steps) == 2
+    assert model.current_dropout() == pytest.approx(1 - 0.9 * 0.5)
+    model.eval()
+    model(p, pm, p, pm)
+    assert int(model.train_steps) == 2  # evaluation does not advance the schedule
+    assert "train_steps" in model.state_dict() and "char_ids" not in model.state_dict()
+    frozen = small_diin(train_embeddings=False)
+    assert not frozen.embedding.weight.requires_grad
+    assert count_trainable_parameters(frozen, exclude=frozen.embedding) == sum(
+        p.numel() for p in frozen.parameters() if p.requires_grad
+    )
+
+
+def test_overfits_random_pairs():
+    torch.manual_seed(0)
+    vocab = ["<pad>", "<unk>"] + [f"w{i}" for i in range(40)]
+    model = small_diin(vocab=vocab, emb_dim=12, dropout=0.0)
+    n = 24
+    lengths_p, lengths_h = torch.randint(3, 9, (n,)), torch.randint(2, 7, (n,))
+    p = torch.randint(2, len(vocab), (n, 8)) * (torch.arange(8) < lengths_p[:, None])
+    h = torch.randint(2, len(vocab), (n, 6)) * (torch.arange(6) < lengths_h[:, None])
+    labels = torch.randint(0, 3, (n,))
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(200):
+        optimizer.zero_grad()
+        logits = model(p, p != 0, h, h != 0)["logits"]
+        loss = F.cross_entropy(logits, labels) + model.regularization_loss()
+        loss.backward()
+        optimizer.step()
+        if (logits.argmax(-1) == labels).all():
+            break
+    model.eval()
+    with torch.no_grad():
+        accuracy = (model(p, p != 0, h, h != 0)["logits"].argmax(-1) == labels).float().mean()
+    assert accuracy == 1.0
+
+
+def test_parameter_count_against_the_paper():
+    """Default config with 300-d words: ~3.7 M; with the paper's 47-d POS width (d=448): ~4.4 M."""
+    vocab = ["<pad>", "<unk>"] + [chr(c) + "x" for c in range(ord("!"), ord("~"))]
+    default = DIIN(nn.Embedding(len(vocab), 300), 3, vocab)
+    assert default.hidden_size == 401
+    assert 3.6e6 < count_trainable_parameters(default, exclude=default.embedding) < 3.8e6
+    paper_width = DIIN(nn.Embedding(len(vocab), 347), 3, vocab)  # 347 + 100 + 1 = 448
+    assert abs(paper_width.paper_parameter_count() - 4.4e6) / 4.4e6 < 0.01
+
+
+def test_fit_length():
+    x = torch.tensor([[3, 4, 5]])
+    assert fit_length(x, 5).tolist() == [[3, 4, 5, 0, 0]]
+    assert fit_length(x, 2).tolist() == [[3, 4]]
+    assert fit_length(x != 0, 4).tolist() == [[True, True, True, False]]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "knob"),
+    [
+        ({"max_length": 3}, "max_length"),
+        ({"max_word_length": 2}, "max_word_length"),
+        ({"scale_down": 0.0}, "scale_down"),
+        ({"transition_rate": 1.5}, "transition_rate"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"dense_layers": 0}, "dense_layers"),
+        ({"diff_penalty": -1.0}, "diff_penalty"),
+        ({"transition_rate": 0.01}, "transition_rate"),
+    ],
+)
+def test_bad_config_raises(overrides, knob):
+    with pytest.raises(ConfigError, match=knob):
+        small_diin(**overrides)
+
+
+def test_vocab_must_match_embedding():
+    with pytest.raises(ConfigError, match="vocab"):
+        DIIN(nn.Embedding(len(VOCAB) + 1, 8), 3, VOCAB, **SMALL)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("snowballstemmer") is not None, reason="snowballstemmer installed"
+)
+def test_stem_match_without_stemmer_is_a_config_error():
+    with pytest.raises(ConfigError, match="snowballstemmer"):
+        small_diin(exact_match_stem=True)
