@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,7 +163,7 @@ def test_offline_hub_fails_fast_with_local_file_advice(monkeypatch):
 def test_gzip_jsonl_and_parquet_read_alike(pair_files, tmp_path):
     import datasets
 
-    rows = [json.loads(line) for line in open(pair_files["train"])]
+    rows = [json.loads(line) for line in Path(pair_files["train"]).read_text().splitlines()]
     gz = tmp_path / "train.jsonl.gz"
     with gzip.open(gz, "wt") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -185,7 +185,25 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
+def check_config(cfg: DictConfig) -> None:
+    """Fail before any data is read: required (``???``) values and the shape of ``dim``."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise ConfigError(
+            f"required config value(s) not set: {', '.join(missing)}; give them on the command "
+            f"line, e.g. {missing[0]}=..."
+        )
+    dim = cfg.get("dim")
+    if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or dim < 1):
+        raise ConfigError(f"dim must be a positive integer (e.g. dim=400), got {dim!r}")
+    target = hydra.utils.get_class(cfg.model.net._target_)
+    validate = getattr(target, "validate_config", None)
+    if callable(validate):  # a model's own cheap checks, e.g. DIN's perfect-square dim
+        validate(**{k: v for k, v in cfg.model.net.items() if k != "_target_"})
+
+
 def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
+    check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     vocab, resume_id = None, None
     if cfg.get("ckpt_path"):
@@ -222,7 +240,7 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
         lg.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), **params})
         if isinstance(lg, WandbLogger):
             lg.experiment.summary.update(params)
-            results.update(wandb_run_id=lg.version)
+            results.update(wandb_run_id=lg.version, wandb_group=lg.experiment.group or None)
             module.metadata["wandb_run_id"] = lg.version
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
@@ -231,7 +249,7 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     metrics["train/acc_at_best"] = clean_number(module.train_acc_at_best)
     metrics["epochs"] = trainer.current_epoch
 
-    checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint)), None)
+    checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None)
     best = checkpoint.best_model_path if checkpoint else ""
     results.update(best_checkpoint=best or None)
     if cfg.get("test") and not trainer.fast_dev_run:

@@ -91,7 +91,7 @@ class BucketBatchSampler(Sampler[list[int]]):
 
 
 def pad_ids(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists with ``PAD_ID``: ids (batch, max_len) long and mask (batch, max_len) bool."""
+    """Right-pad id lists with ``PAD_ID``: ids (batch, max_len), long, and mask, bool."""
     lengths = torch.tensor([len(s) for s in sequences])
     ids = torch.full((len(sequences), int(lengths.max())), PAD_ID, dtype=torch.long)
     for row, seq in enumerate(sequences):

@@ -10,12 +10,15 @@ similar length.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import datasets
 import lightning as L
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from torch.utils.data import DataLoader
 
 from entailment_lab.data.batching import BucketBatchSampler, PadCollator
@@ -48,6 +51,16 @@ def index_batch(batch: dict[str, list], keys: Sequence[str], stoi: Mapping[str, 
                              for tokens in token_lists]
         out[f"{key}_length"] = [len(tokens) for tokens in token_lists]
     return out
+
+
+def count_tokens(columns: Iterable[pa.ChunkedArray]) -> Counter[str]:
+    """Token counts over Arrow ``list<string>`` columns, counted in Arrow (no Python lists)."""
+    counts: Counter[str] = Counter()
+    for column in columns:
+        tallies = pc.value_counts(pc.list_flatten(column))
+        counts.update(dict(zip(tallies.field("values").to_pylist(),
+                               tallies.field("counts").to_pylist(), strict=True)))
+    return counts
 
 
 class TextDataModule(L.LightningDataModule):
@@ -201,9 +214,9 @@ class TextDataModule(L.LightningDataModule):
                     f"data.vocab_splits names {missing}, which this corpus does not have "
                     f"(has {sorted(tokenized)})"
                 )
-            self.vocab = Vocabulary.build(
-                (tokens for s in self.vocab_splits for key in self.keys
-                 for tokens in tokenized[s][f"{key}_tokens"]),
+            self.vocab = Vocabulary.from_counts(
+                count_tokens(tokenized[s].data.column(f"{key}_tokens")
+                             for s in self.vocab_splits for key in self.keys),
                 min_freq=self.vocab_min_freq,
             )
         log.info("vocabulary: %d tokens from %s", len(self.vocab), self.vocab_splits)

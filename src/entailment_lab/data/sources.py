@@ -36,7 +36,7 @@ def _builder_for(path: Path) -> str:
     )
 
 
-def _open_text(path: Path):  # noqa: ANN202 - a text file handle
+def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else path.open(
         encoding="utf-8"
     )
@@ -117,7 +117,7 @@ def load_hub_splits(name: str, config: str | None, splits: list[str], cache_dir:
             ds = datasets.load_dataset(name, config, cache_dir=cache_dir)
         else:
             # Offline: read the cached copy without the hub client's retry loop.
-            with _hf_offline():
+            with _HubOffline():
                 ds = datasets.load_dataset(name, config, cache_dir=cache_dir)
     except Exception as err:
         state = "online" if online else "offline (the hub is unreachable)"
@@ -131,7 +131,7 @@ def load_hub_splits(name: str, config: str | None, splits: list[str], cache_dir:
     return {s: ds[s] for s in splits}
 
 
-class _hf_offline:
+class _HubOffline:
     """Temporarily switch the hub client and ``datasets`` to offline mode."""
 
     def __enter__(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 PAD, UNK = "<pad>", "<unk>"
 PAD_ID, UNK_ID = 0, 1
@@ -70,10 +70,16 @@ class Vocabulary:
         counts: Counter[str] = Counter()
         for tokens in token_lists:
             counts.update(tokens)
-        counts.pop(PAD, None)
-        counts.pop(UNK, None)
+        return cls.from_counts(counts, min_freq, max_size)
+
+    @classmethod
+    def from_counts(
+        cls, counts: Mapping[str, int], min_freq: int = 1, max_size: int | None = None
+    ) -> Vocabulary:
+        """Vocabulary from token counts, most frequent first (ties alphabetical)."""
         # Sort by (-count, token) so the id order is deterministic across runs and processes.
-        words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_freq]
+        words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+                 if c >= min_freq and w not in (PAD, UNK)]
         if max_size is not None:
             words = words[: max(0, max_size - 2)]
         return cls([PAD, UNK, *words])

@@ -22,4 +22,6 @@ Optional hooks
     ``regularization_loss() -> Tensor``: added to the cross-entropy (DIIN's encoder-difference
     penalty, DCNN's per-layer L2). ``paper_parameter_count() -> int``: the count under the
     paper's own convention where it differs from the true count (see SPEC / README).
+    ``validate_config(**net_config)`` (a staticmethod): cheap checks of the config values,
+    run before any data is read so that a bad ``dim`` fails in a second, not after tokenising.
 """

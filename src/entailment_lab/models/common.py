@@ -26,7 +26,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> t
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` (batch, length, features) over the true length given by ``mask`` (batch, length)."""
+    """Mean of ``x`` (batch, length, features) over real positions of ``mask`` (batch, length)."""
     weights = mask.unsqueeze(-1).to(x.dtype)  # (batch, length, 1)
     return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
 

@@ -1,0 +1,127 @@
+"""End-to-end: train / test / eval / resume / determinism through the real configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.pipeline import evaluate, load_trained, train
+from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+
+LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
+
+
+def test_fast_dev_run_writes_results(pair_files, tmp_path):
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "debug=fast"], tmp_path)
+    metrics = train(cfg)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "completed" and results["model"] == "lstm"
+    assert results["params"]["trainable"] > 0
+    assert "test/acc" in metrics and len(results["test_confusion_matrix"]) == 3
+
+
+def test_overfit_fixture_reaches_full_training_accuracy(pair_files, tmp_path):
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=40",
+                       "callbacks.early_stopping=null", "scheduler=none", "optimizer.lr=0.01",
+                       "model.net.dropout=0.0", "data.batch_size=60", "test=false"], tmp_path)
+    metrics = train(cfg)
+    assert metrics["train/acc"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def trained_run(pair_files, tmp_path_factory):
+    """Two epochs with checkpoints (deterministic), shared by the eval/resume tests."""
+    out = tmp_path_factory.mktemp("run")
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=2",
+                       "trainer.deterministic=true", "seed=3"], out)
+    return out, train(cfg)
+
+
+def test_eval_reproduces_test_accuracy_from_the_checkpoint(trained_run, tmp_path):
+    out, metrics = trained_run
+    results = json.loads((out / "results.json").read_text())
+    cfg = compose_cfg([f"ckpt_path={results['best_checkpoint']}", "split=test",
+                       "trainer.enable_model_summary=false"], tmp_path, config_name="eval")
+    evaluated = evaluate(cfg)
+    assert evaluated["test/acc"] == pytest.approx(metrics["test/acc"])
+    module, _, run_cfg = load_trained(results["best_checkpoint"])
+    assert run_cfg.model.name == "lstm" and module.num_trainable == results["params"]["trainable"]
+
+
+def test_same_seed_same_metrics(trained_run, pair_files, tmp_path):
+    _, first = trained_run
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=2",
+                       "trainer.deterministic=true", "seed=3"], tmp_path)
+    again = train(cfg)
+    for key in ("val/acc_best", "test/acc", "train/loss"):
+        assert again[key] == pytest.approx(first[key], abs=1e-6), key
+
+
+def test_resume_from_last_checkpoint_continues(trained_run, pair_files, tmp_path):
+    out, _ = trained_run
+    last = out / "checkpoints" / "last.ckpt"
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=3",
+                       f"ckpt_path={last}", "seed=3"], tmp_path)
+    metrics = train(cfg)
+    assert metrics["epochs"] == 3  # continued from epoch 2, one more epoch
+    resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert resumed["epoch"] == 2 and resumed["global_step"] > torch.load(
+        last, weights_only=False)["global_step"]
+
+
+def test_bad_dim_is_a_config_error(pair_files, tmp_path):
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "dim=-3", "debug=fast"],
+                      tmp_path)
+    with pytest.raises(ConfigError, match="dim"):
+        train(cfg)
+    assert json.loads((tmp_path / "results.json").read_text())["status"] == "failed"
+
+
+def run_cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run([sys.executable, str(REPO / "src" / "train.py"), *args], cwd=cwd,
+                          env=environment, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_user_error_is_one_line_without_traceback(tmp_path):
+    proc = run_cli(["data.files.train=/nonexistent/train.jsonl", "hydra.run.dir=" + str(tmp_path)],
+                   tmp_path)
+    assert proc.returncode == 1
+    assert "error: data.files.train: no such file '/nonexistent/train.jsonl'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_multirun_two_jobs_two_wandb_runs_one_group(pair_files, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", *LSTM, *FAST, *file_overrides(pair_files), "seed=1,2", "debug=tiny",
+                    "logger=wandb", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
+    assert [j.name for j in jobs] == ["0", "1"]
+    groups, run_ids = set(), set()
+    for job in jobs:
+        results = json.loads((job / "results.json").read_text())
+        assert results["status"] == "completed"
+        runs = list((job / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert len(runs) == 1, f"{job}: expected one W&B run, found {runs}"
+        assert results["wandb_group"].encode() in runs[0].read_bytes()  # the group is recorded
+        groups.add(results["wandb_group"])
+        run_ids.add(results["wandb_run_id"])
+    assert len(groups) == 1 and len(run_ids) == 2  # two runs, one group
+
+
+def test_required_values_are_named_before_any_data_is_read(tmp_path):
+    cfg = compose_cfg(["data=sick", "data.files.train=x.jsonl", *FAST], tmp_path)
+    with pytest.raises(ConfigError, match=r"not set: data\.files\.test, data\.files\.validation"):
+        train(cfg)
+    cfg = compose_cfg(["dim=abc", *FAST], tmp_path)
+    with pytest.raises(ConfigError, match="dim must be a positive integer"):
+        train(cfg)
