@@ -22,7 +22,12 @@ import pyarrow.compute as pc
 from torch.utils.data import DataLoader
 
 from entailment_lab.data.batching import BucketBatchSampler, PadCollator
-from entailment_lab.data.sources import load_hub_splits, load_local_split, validate_split
+from entailment_lab.data.sources import (
+    load_hub_splits,
+    load_local_split,
+    resolve_columns,
+    validate_split,
+)
 from entailment_lab.data.text import UNK_ID, Vocabulary, tokenize
 from entailment_lab.errors import ConfigError, DataError
 
@@ -31,12 +36,9 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
 
 
-def tokenize_batch(batch: dict[str, list], columns: Mapping[str, str], lowercase: bool) -> dict:
+def tokenize_batch(batch: dict[str, list], keys: Sequence[str], lowercase: bool) -> dict:
     """``datasets.map`` function: ``<key>_tokens`` for every text column."""
-    return {
-        f"{key}_tokens": [tokenize(text, lowercase) for text in batch[column]]
-        for key, column in columns.items()
-    }
+    return {f"{key}_tokens": [tokenize(text, lowercase) for text in batch[key]] for key in keys}
 
 
 def index_batch(batch: dict[str, list], keys: Sequence[str], stoi: Mapping[str, int],
@@ -68,8 +70,10 @@ class TextDataModule(L.LightningDataModule):
 
     Args:
         fields: batch key -> dataset column, e.g. ``{premise: premise, hypothesis: hypothesis}``
-            for pairs or ``{sentence: text}`` for single sentences.
-        label_field: the integer label column; ``drop_labels`` (default ``[-1]``) are removed.
+            for pairs or ``{sentence: text}`` for single sentences; a list of columns means
+            "the first of these that the data has" (hub and local files may differ).
+        label_field: the integer label column (or a list of candidates, as ``fields``);
+            rows whose label is in ``drop_labels`` (default ``[-1]``) are removed.
         label_names: class names in id order (their number is the number of classes).
         hub_name / hub_config: a Hugging Face hub dataset, used when no local file is given.
         files: split -> local ``.jsonl`` / ``.jsonl.gz`` / ``.parquet`` in the hub's schema.
@@ -82,9 +86,9 @@ class TextDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        fields: Mapping[str, str],
+        fields: Mapping[str, str | Sequence[str]],
         label_names: Sequence[str],
-        label_field: str = "label",
+        label_field: str | Sequence[str] = "label",
         hub_name: str | None = None,
         hub_config: str | None = None,
         files: Mapping[str, str | None] | None = None,
@@ -110,9 +114,12 @@ class TextDataModule(L.LightningDataModule):
             raise ConfigError(f"data.max_length must be >= 1, got {max_length}")
         if batch_size < 1:
             raise ConfigError(f"data.batch_size must be >= 1, got {batch_size}")
-        self.fields = dict(fields)
-        self.keys = list(self.fields)
-        self.label_field = label_field
+        def candidates(value: str | Sequence[str]) -> list[str]:
+            return [value] if isinstance(value, str) else list(value)
+
+        self.keys = list(fields)
+        self.columns = {key: candidates(v) for key, v in fields.items()}
+        self.columns["label"] = candidates(label_field)
         self.label_names = list(label_names)
         self.hub_name, self.hub_config = hub_name, hub_config
         self.files = {k: v for k, v in (files or {}).items() if v}
@@ -146,23 +153,19 @@ class TextDataModule(L.LightningDataModule):
     # --- reading -------------------------------------------------------------------------
     def _read(self) -> dict[str, datasets.Dataset]:
         valid = set(range(self.num_classes)) | set(self.drop_labels)
-        columns = list(self.fields.values()) + [self.label_field]
         if self.files:
-            raw = {}
-            for split, path in self.files.items():
-                ds = load_local_split(path, split, self.cache_dir)
-                validate_split(ds, split, self.fields, self.label_field, valid, str(path))
-                raw[split] = ds
+            raw = {split: load_local_split(path, split, self.cache_dir)
+                   for split, path in self.files.items()}
         else:
             wanted = [s for s in SPLITS if s != "validation" or not self.val_from_train]
             raw = load_hub_splits(self.hub_name, self.hub_config, wanted, self.cache_dir)
-            for split, ds in raw.items():
-                validate_split(ds, split, self.fields, self.label_field, valid, None)
         out = {}
         for split, ds in raw.items():
-            ds = ds.select_columns(columns)
-            if self.label_field != "label":
-                ds = ds.rename_column(self.label_field, "label")
+            source = str(self.files[split]) if self.files else None
+            columns = resolve_columns(ds.column_names, self.columns, source or f"split '{split}'")
+            validate_split(ds, split, columns, valid, source)
+            ds = ds.select_columns(list(columns.values()))
+            ds = ds.rename_columns({c: k for k, c in columns.items() if c != k})
             if self.drop_labels:
                 before = len(ds)
                 labels = np.asarray(ds.data.column("label"))
@@ -202,7 +205,7 @@ class TextDataModule(L.LightningDataModule):
         tokenized = {
             split: ds.map(
                 tokenize_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
-                fn_kwargs={"columns": self.fields, "lowercase": self.lowercase},
+                fn_kwargs={"keys": self.keys, "lowercase": self.lowercase},
                 desc=f"tokenise {split}",
             )
             for split, ds in raw.items()
@@ -225,7 +228,7 @@ class TextDataModule(L.LightningDataModule):
                 index_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
                 fn_kwargs={"keys": self.keys, "stoi": self.vocab.stoi,
                            "max_length": self.max_length},
-                remove_columns=[f"{key}_tokens" for key in self.keys] + list(self.fields.values()),
+                remove_columns=[f"{key}_tokens" for key in self.keys] + self.keys,
                 desc=f"index {split}",
             )
             self._report_lengths(split, ds)

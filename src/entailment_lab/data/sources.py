@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -147,27 +147,43 @@ class _HubOffline:
         datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = self._saved
 
 
+def resolve_columns(
+    column_names: Sequence[str], candidates: Mapping[str, Sequence[str]], where: str
+) -> dict[str, str]:
+    """For each batch key, the first of its candidate columns that the data has.
+
+    Candidates let one config read both the hub's and a local file's naming (SST-5 on the hub
+    calls the text ``text``, the SentEval-derived files ``sentence``).
+    """
+    resolved = {}
+    for key, options in candidates.items():
+        column = next((c for c in options if c in column_names), None)
+        if column is None:
+            knob = "data.label_field" if key == "label" else f"data.fields.{key}"
+            names = " or ".join(f"'{c}'" for c in options)
+            raise DataError(
+                f"{where}: no field {names} (fields found: {', '.join(sorted(column_names))}); "
+                f"set {knob} to the column that holds it"
+            )
+        resolved[key] = column
+    return resolved
+
+
 def validate_split(
     ds: datasets.Dataset,
     split: str,
-    fields: Mapping[str, str],
-    label_field: str,
+    columns: Mapping[str, str],
     valid_labels: set[int],
     source: str | None,
 ) -> None:
-    """Check fields exist, text is non-null strings and labels are known ids.
+    """Check text columns hold non-null strings and the ``label`` column known integer ids.
 
-    ``source`` is the local file (for line numbers) or ``None`` for hub data (row numbers).
+    ``columns`` maps batch keys (and ``"label"``) to dataset columns. ``source`` is the local
+    file (for line numbers) or ``None`` for hub data (row numbers).
     """
     where = source or f"split '{split}'"
-    columns = set(ds.column_names)
-    for key, column in [*fields.items(), ("label", label_field)]:
-        if column not in columns:
-            knob = "data.label_field" if key == "label" else f"data.fields.{key}"
-            raise DataError(
-                f"{where}: no field '{column}' (fields found: {', '.join(sorted(columns))}); "
-                f"set {knob} to the column that holds it"
-            )
+    label_field = columns["label"]
+    text_columns = [c for k, c in columns.items() if k != "label"]
 
     def position(row: int) -> str:
         if source and source.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
@@ -175,7 +191,7 @@ def validate_split(
         return f"row {row}"
 
     table = ds.data.table if hasattr(ds.data, "table") else ds.data
-    for column in fields.values():
+    for column in text_columns:
         values = table.column(column)
         if not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type):
             if values.null_count == len(values):
