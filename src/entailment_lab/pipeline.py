@@ -196,6 +196,8 @@ def check_config(cfg: DictConfig) -> None:
     dim = cfg.get("dim")
     if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or dim < 1):
         raise ConfigError(f"dim must be a positive integer (e.g. dim=400), got {dim!r}")
+    if "model" not in cfg:
+        return
     target = hydra.utils.get_class(cfg.model.net._target_)
     validate = getattr(target, "validate_config", None)
     if callable(validate):  # a model's own cheap checks, e.g. DIN's perfect-square dim
@@ -305,7 +307,7 @@ def load_trained(ckpt_path: str | os.PathLike, data_overrides: Mapping[str, Any]
     embedding = random_embeddings(vocab, dim=meta["embedding_dim"], freeze=True)
     net = build_net(run_cfg.model.net, embedding, len(meta["label_names"]), vocab)
     module = ClassifierModule(net, embedding, optimizer=torch.optim.Adam,
-                              label_names=meta["label_names"])
+                              label_names=meta["label_names"], metadata=meta)
     module.load_state_dict(checkpoint["state_dict"])
     module.eval()
     datamodule = None
@@ -324,6 +326,7 @@ def load_trained(ckpt_path: str | os.PathLike, data_overrides: Mapping[str, Any]
 
 
 def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
+    check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     overrides = OmegaConf.to_container(cfg.data, resolve=True) if cfg.get("data") else {}
     module, datamodule, run_cfg = load_trained(cfg.ckpt_path, overrides)

@@ -1,0 +1,164 @@
+"""Heat maps of what a model looked at (the DIN paper's Fig. 2 and Fig. 3).
+
+Any network that returns analysis maps with ``return_details=True`` can be drawn:
+
+- ``interaction_norms`` (batch, len_h, len_p): DIN's Fig. 2, ‖VECTORIZE(W^t_τ)‖₂ min-max
+  normalised over the premise, one row per hypothesis word;
+- ``gate_change`` (batch, 3, len_h): DIN's Fig. 3, the change of the generated z, r, h weights
+  at each hypothesis step, normalised to [0, 1];
+- ``attention_premise_to_hypothesis`` (batch, 1 + len_p, 1 + len_h): Decomposable Attention's
+  soft alignment (NULL first), drawn as hypothesis × premise like Fig. 2.
+
+Used by ``src/explain.py`` (one pair -> PNG files) and by ``HeatmapLogger`` (a few test pairs ->
+W&B images at the end of testing).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the headless backend
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from entailment_lab.data.batching import pad_ids  # noqa: E402
+from entailment_lab.data.text import Vocabulary, tokenize  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+GATES = ("z (update)", "r (reset)", "h (candidate)")
+
+
+def _title(label: str, probs: Sequence[float], names: Sequence[str]) -> str:
+    shown = ", ".join(f"{n} {p:.2f}" for n, p in zip(names, probs, strict=True))
+    return f"predicted: {label}  ({shown})"
+
+
+def plot_matrix(values: torch.Tensor, rows: Sequence[str], cols: Sequence[str], title: str,
+                xlabel: str, ylabel: str, colorbar: str) -> Figure:
+    """A labelled heat map, sized to its words so every label stays readable."""
+    height = max(2.5, 0.42 * len(rows) + 1.6)
+    width = max(5.0, 0.5 * len(cols) + 2.6)
+    fig, ax = plt.subplots(figsize=(width, height), dpi=120)
+    image = ax.imshow(values.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(cols)), labels=cols, rotation=45, ha="right", fontsize=10)
+    ax.set_yticks(range(len(rows)), labels=rows, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label=colorbar)
+    fig.tight_layout()
+    return fig
+
+
+def figures_for(details: Mapping[str, torch.Tensor], premise: Sequence[str],
+                hypothesis: Sequence[str], title: str, index: int = 0) -> dict[str, Figure]:
+    """The heat maps available in ``details`` for pair ``index`` of the batch."""
+    lp, lh = len(premise), len(hypothesis)
+    figures = {}
+    if "interaction_norms" in details:
+        alpha = details["interaction_norms"][index, :lh, :lp].detach().float().cpu()
+        figures["interaction"] = plot_matrix(
+            alpha, hypothesis, premise, f"Interaction ‖W^t_τ‖ (Fig. 2)\n{title}",
+            "premise word τ", "hypothesis word t", "min-max over premise")
+    if "gate_change" in details:
+        change = details["gate_change"][index, :, :lh].detach().float().cpu()
+        figures["gates"] = plot_matrix(
+            change, GATES, hypothesis, f"Change of generated gate weights (Fig. 3)\n{title}",
+            "hypothesis word t", "gate", "normalised change")
+    if "attention_premise_to_hypothesis" in details:
+        attention = details["attention_premise_to_hypothesis"][index, : lp + 1, : lh + 1]
+        figures["attention"] = plot_matrix(
+            attention.detach().float().cpu().T, ["NULL", *hypothesis], ["NULL", *premise],
+            f"Soft alignment (softmax over hypothesis)\n{title}", "premise word",
+            "hypothesis word", "attention weight")
+    return figures
+
+
+@torch.no_grad()
+def explain_pair(module: L.LightningModule, vocab: Vocabulary, premise: str, hypothesis: str,
+                 lowercase: bool) -> dict[str, Any]:
+    """Predict one pair and return its tokens, probabilities and heat-map figures."""
+    p_tokens, h_tokens = tokenize(premise, lowercase), tokenize(hypothesis, lowercase)
+    if not p_tokens or not h_tokens:
+        from entailment_lab.errors import UserError
+
+        raise UserError("premise and hypothesis must each contain at least one word")
+    p_ids, p_mask = pad_ids([vocab.encode(p_tokens)])
+    h_ids, h_mask = pad_ids([vocab.encode(h_tokens)])
+    module.eval()
+    out = module({"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
+                  "hypothesis_mask": h_mask}, return_details=True)
+    probs = torch.softmax(out["logits"][0], dim=-1).tolist()
+    names = module.label_names
+    label = names[max(range(len(probs)), key=probs.__getitem__)]
+    title = _title(label, probs, names)
+    return {"premise_tokens": p_tokens, "hypothesis_tokens": h_tokens, "probabilities":
+            dict(zip(names, probs, strict=True)), "prediction": label,
+            "figures": figures_for(out, p_tokens, h_tokens, title)}
+
+
+def save_figures(figures: Mapping[str, Figure], folder: str | Path, prefix: str = "") -> list[Path]:
+    """Write each figure as ``<prefix><name>.png`` (atomically) and close it."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figures.items():
+        path = folder / f"{prefix}{name}.png"
+        tmp = path.with_name(f".{path.name}.tmp.png")
+        fig.savefig(tmp)
+        tmp.replace(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+class HeatmapLogger(L.Callback):
+    """At the end of testing, log heat maps of the first ``num_examples`` test pairs to W&B.
+
+    Does nothing unless a W&B logger is attached and the network returns analysis maps.
+    """
+
+    def __init__(self, num_examples: int = 3) -> None:
+        self.num_examples = num_examples
+        self.batch: dict[str, torch.Tensor] | None = None
+
+    def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                            batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if batch_idx == 0 and "premise" in batch:
+            self.batch = {k: v[: self.num_examples] for k, v in batch.items()}
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from lightning.pytorch.loggers import WandbLogger
+
+        wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        vocab = getattr(pl_module, "metadata", {}).get("vocab")
+        if not wandb_loggers or self.batch is None or vocab is None:
+            return
+        batch = {k: v.to(pl_module.device) for k, v in self.batch.items()}
+        with torch.no_grad():
+            out = pl_module(batch, return_details=True)
+        probs = torch.softmax(out["logits"], dim=-1).cpu()
+        images, captions = [], []
+        for i in range(len(batch["label"])):
+            premise = [vocab[j] for j in batch["premise"][i][batch["premise_mask"][i]].tolist()]
+            hyp = [vocab[j] for j in batch["hypothesis"][i][batch["hypothesis_mask"][i]].tolist()]
+            pred = pl_module.label_names[int(probs[i].argmax())]
+            gold = pl_module.label_names[int(batch["label"][i])]
+            title = _title(pred, probs[i].tolist(), pl_module.label_names) + f"; gold: {gold}"
+            for name, fig in figures_for(out, premise, hyp, title, index=i).items():
+                images.append(fig)
+                captions.append(f"example {i}: {name}")
+        if images:
+            for lg in wandb_loggers:
+                lg.log_image(key="test/heatmaps", images=images, caption=captions)
+        for fig in images:
+            plt.close(fig)
+        self.batch = None

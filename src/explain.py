@@ -1,0 +1,38 @@
+"""Heat maps for one pair: ``python src/explain.py ckpt_path=... premise="..." hypothesis="..."``."""
+
+import logging
+
+import hydra
+from omegaconf import DictConfig
+
+from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
+from entailment_lab.data.text import Vocabulary
+from entailment_lab.explain import explain_pair, save_figures
+from entailment_lab.pipeline import check_config, load_trained
+
+register_resolvers()
+log = logging.getLogger("explain")
+
+
+def explain(cfg: DictConfig) -> dict:
+    check_config(cfg)
+    module, _, run_cfg = load_trained(cfg.ckpt_path)
+    vocab = Vocabulary(module.metadata["vocab"])
+    result = explain_pair(module, vocab, cfg.premise, cfg.hypothesis,
+                          lowercase=bool(run_cfg.data.get("lowercase", True)))
+    paths = save_figures(result.pop("figures"), cfg.out_dir)
+    if not paths:
+        log.warning("model '%s' returns no analysis maps; nothing to draw", run_cfg.model.name)
+    log.info("prediction: %s %s", result["prediction"], result["probabilities"])
+    for path in paths:
+        log.info("wrote %s", path)
+    return result
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="explain")
+def main(cfg: DictConfig) -> None:
+    run_task(explain, cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Our runs next to the papers' tables: ``python src/report.py multirun/DATE/TIME-ID``.
+
+Writes ``report.md``, ``report.csv`` and ``report.png`` into the first PATH (or ``--out``) and
+prints the Markdown. PATHs are sweep folders, single job folders, or any folder above them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from entailment_lab.errors import UserError
+from entailment_lab.report import make_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, build the report, print it; user errors become one line and exit 1."""
+    parser = argparse.ArgumentParser(
+        description="Results report: our runs next to the published numbers (Table 2, DIIN, "
+                    "DCNN), mean ± std over seeds, one table per data set.")
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="multirun/DATE/TIME-ID, a job folder, or a folder holding them")
+    parser.add_argument("--out", metavar="DIR",
+                        help="where report.md/.csv/.png go (default: the first PATH)")
+    parser.add_argument("--wandb", metavar="ENTITY/PROJECT",
+                        help="also read the runs of this W&B project (needs the network)")
+    parser.add_argument("--group", metavar="G", help="with --wandb: only runs of this group "
+                        "(a sweep's group is its folder name, e.g. 2026-11-21_08-28-03-67949f)")
+    parser.add_argument("--no-plot", action="store_true", help="skip report.png")
+    args = parser.parse_args(argv)
+    try:
+        report = make_report(args.paths, out=args.out, wandb_project=args.wandb,
+                             wandb_group=args.group, plot=not args.no_plot)
+    except UserError as err:
+        print(f"error: {str(err).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(report.markdown, end="")
+    print(f"written: {', '.join(str(f) for f in report.files)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""The results report: collecting jobs, matching paper rows, aggregating seeds, the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from entailment_lab.errors import UserError
+from entailment_lab.paper_tables import TABLE2, parse_count
+from entailment_lab.report import (
+    find_job_folders,
+    jobs_from_wandb_runs,
+    make_report,
+)
+from tests.conftest import REPO
+
+NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1, data="snli",
+              train=0.9, test=0.85, params=1_289_203, paper=1_008_403, experiment=None,
+              tags=(), pid=None, error=None, overrides=None):
+    """A results.json as ``pipeline.train`` writes it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    results = {
+        "schema": 1, "status": status, "started": NOW, "pid": pid or os.getpid(),
+        "task": "train", "model": model, "dim": dim, "seed": seed, "data": data,
+        "tags": list(tags),
+        "choices": {"model": model, "data": data, "experiment": experiment, "debug": None,
+                    "embeddings": "glove6b50d", "logger": "wandb"},
+        "overrides": overrides if overrides is not None else [f"model={model}", f"seed={seed}"],
+        "wall_time_s": 10.0, "params": {"trainable": params},
+    }
+    if paper is not None:
+        results["params"]["paper_convention"] = paper
+    if status == "completed":
+        results["metrics"] = {"val/acc_best": test, "train/acc_at_best": train, "test/acc": test,
+                              "epochs": 3}
+    if error:
+        results["error"] = error
+    (folder / "results.json").write_text(json.dumps(results))
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture()
+def sweep(tmp_path):
+    """A multirun folder: two rows x 3 seeds, a failed, a stale, an empty and a log-only job."""
+    root = tmp_path / "multirun" / "2026-11-21" / "10-00-00-abcdef"
+    root.mkdir(parents=True)
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    for i, (seed, acc) in enumerate([(1, 0.87), (2, 0.88), (3, 0.89)]):
+        write_job(root / str(i), seed=seed, test=acc, train=acc + 0.02,
+                  experiment="table2/row17")
+    for i, (seed, acc) in enumerate([(1, 0.80), (2, 0.81), (3, 0.82)], start=3):
+        write_job(root / str(i), model="lstm", dim=128, seed=seed, test=acc, params=620_547,
+                  paper=None, tags=["table2", "row1"])
+    write_job(root / "6", model="din2", dim=256, status="failed",
+              error="RuntimeError: CUDA out of memory\nTraceback ...")
+    write_job(root / "7", model="din2", dim=256, status="running", pid=dead_pid())
+    (root / "8").mkdir()  # crashed before writing anything
+    (root / "9").mkdir()
+    (root / "9" / "train.log").write_text("[..][INFO] - start\n[..][ERROR] - killed by OOM\n")
+    write_job(tmp_path / "outputs" / "sick_run", data="sick", test=0.84)  # DIN-1 on SICK
+    return tmp_path
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_paper_tables_cover_table2_with_parsed_counts():
+    assert [r.row for r in TABLE2] == list(range(1, 20))
+    assert parse_count("1.4M") == 1_400_000 and parse_count("498k") == 498_000
+    implemented = {r.row: (r.model, r.dim) for r in TABLE2 if r.implemented}
+    assert implemented == {1: ("lstm", 128), 8: ("decatt", None), 9: ("decatt_intra", None),
+                           13: ("din1", 256), 14: ("din2", 256), 15: ("din1", 324),
+                           16: ("din2", 324), 17: ("din1", 400), 18: ("din1_static", 400),
+                           19: ("din2", 400)}
+
+
+def test_finds_every_job_folder_including_empty_ones(sweep):
+    folders = find_job_folders(sweep / "multirun")
+    assert sorted(f.name for f in folders) == [str(i) for i in range(10)]
+
+
+def test_sweep_report_aggregates_seeds_and_shows_every_row(sweep):
+    report = make_report([sweep / "multirun", sweep / "outputs"], out=sweep / "out", plot=False)
+    rows = read_csv(sweep / "out" / "report.csv")
+    snli = {r["row"]: r for r in rows if r["data"] == "snli"}
+    assert len(snli) == 20  # Table 2's 19 rows + DIIN, run or not
+    row17 = snli["17"]
+    assert float(row17["test_mean"]) == pytest.approx(88.0)
+    assert float(row17["test_std"]) == pytest.approx(1.0)  # sample std of 87, 88, 89
+    assert row17["test_n"] == "3" and row17["seeds"] == "1 2 3"
+    assert float(row17["delta_test"]) == pytest.approx(0.0, abs=1e-9)
+    assert float(row17["train_mean"]) == pytest.approx(90.0)
+    assert row17["params_trainable"] == "1289203"
+    assert row17["params_paper_convention"] == "1008403"
+    row1 = snli["1"]
+    assert float(row1["test_mean"]) == pytest.approx(81.0)
+    assert float(row1["delta_test"]) == pytest.approx(-0.8)
+    assert row1["params_paper_convention"] == ""
+    assert snli["13"]["status"] == "not run"
+    assert snli["2"]["status"] == "not implemented"
+    assert snli["14"]["status"] == "1 stale (process gone), 1 failed"
+    assert len(rows) == sum(len(t.rows) for t in report.tables)
+
+    md = report.markdown
+    assert "| 17 | 20×20D DIN-1 (din1 d=400) | 1.0M | 1,289,203 | 1,008,403 | 90.5 | 88.0 | " \
+           "90.00 ± 1.00 (3) | 88.00 ± 1.00 (3) | +0.00 | 3 done |" in md
+    assert "| 1 | 128D LSTM encoder (lstm d=128) | 1.4M | 620,547 | – |" in md
+    unfinished = md.split("## Jobs that did not complete")[1]
+    assert "RuntimeError: CUDA out of memory |" in unfinished and "Traceback" not in unfinished
+    assert "stale (process gone)" in unfinished
+    assert "no results.json" in unfinished and "killed by OOM" in unfinished
+    assert "folder is empty" in unfinished
+    assert (sweep / "out" / "report.md").read_text() == md
+
+
+def test_sick_runs_get_their_own_table_without_snli_numbers(sweep):
+    report = make_report([sweep / "outputs"], out=sweep / "out", plot=False)
+    assert [t.data for t in report.tables] == ["sick"]
+    row17 = next(r for r in report.tables[0].rows if r.label == "17")
+    assert row17.test.mean == pytest.approx(84.0)
+    assert row17.delta is None and not row17.comparable  # SNLI's 88.0 is not SICK's
+    assert "## SICK" in report.markdown and "88.0" not in report.markdown.split("## SICK")[1]
+    assert {r.paper.model for r in report.tables[0].rows} <= {
+        "lstm", "decatt", "decatt_intra", "din1", "din2", "din1_static", "diin"}
+
+
+def test_partial_sweep_counts_running_and_failed_jobs(tmp_path):
+    write_job(tmp_path / "0", model="din2", dim=400, seed=1, test=0.87)
+    write_job(tmp_path / "1", model="din2", dim=400, seed=2, status="running")  # this process
+    write_job(tmp_path / "2", model="din2", dim=400, seed=3, status="failed", error="E: x")
+    write_job(tmp_path / "3", model="din1", dim=324, status="failed", error="E: y")
+    write_job(tmp_path / "4", model="din1", dim=324, status="failed", error="E: z")
+    report = make_report([tmp_path], plot=False)
+    rows = {r.label: r for r in report.tables[0].rows}
+    assert rows["19"].status == "1 done, 1 running, 1 failed"
+    assert rows["19"].test.n == 1 and str(rows["19"].test) == "87.00 (1)"
+    assert rows["15"].status == "failed (2)"
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "report.csv").is_file()
+
+
+def test_rows_are_matched_by_experiment_tags_then_config(tmp_path):
+    write_job(tmp_path / "a", model="din1_static", experiment="table2/row18")
+    write_job(tmp_path / "b", model="din1", dim=256, tags=["table2", "row13", "din1", "d256"])
+    write_job(tmp_path / "c", model="din2", dim=400, experiment="table2/row17")  # overridden
+    write_job(tmp_path / "d", model="lstm", dim=64, paper=None)  # no paper row
+    write_job(tmp_path / "e", model="decatt", dim=None, paper=None)
+    jobs = {Path(j.folder).name: j for j in make_report([tmp_path], plot=False).jobs}
+    assert jobs["a"].row.row == 18 and jobs["b"].row.row == 13 and jobs["e"].row.row == 8
+    assert jobs["c"].row.row == 19 and "declares row 17" in jobs["c"].note
+    assert jobs["d"].row is None
+    md = (tmp_path / "report.md").read_text()
+    assert "| – | lstm d=64 (no paper row) |" in md and "declares row 17" in md
+
+
+def test_sentence_data_uses_the_dcnn_layout(tmp_path):
+    for seed, acc in [(1, 0.47), (2, 0.49)]:
+        write_job(tmp_path / f"s{seed}", model="dcnn_sentence", dim=None, data="sst5", seed=seed,
+                  test=acc, params=30_000, paper=None)
+    report = make_report([tmp_path], plot=False)
+    (table,) = report.tables
+    assert table.layout == "sentence" and [r.label for r in table.rows] == ["DCNN"]
+    assert table.rows[0].delta == pytest.approx(48.0 - 48.5)
+    assert "| DCNN | DCNN, SST fine-grained (dcnn_sentence) | 30,000 | 48.5 |" in report.markdown
+
+
+def test_mixed_settings_within_a_row_are_flagged(tmp_path):
+    write_job(tmp_path / "0", seed=1, overrides=["seed=1"])
+    write_job(tmp_path / "1", seed=2, overrides=["seed=2", "trainer.max_epochs=1"])
+    md = make_report([tmp_path], plot=False).markdown
+    assert "mixes settings" in md and "`trainer.max_epochs=1` (1 job)" in md
+
+
+def test_job_without_results_is_placed_by_its_hydra_config(tmp_path):
+    job = tmp_path / "0"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "config.yaml").write_text(
+        "task_name: train\nseed: 5\ndim: ${model.default_dim}\ntags: []\n"
+        "model: {name: din1, default_dim: 324}\ndata: {name: snli}\n")
+    (job / ".hydra" / "hydra.yaml").write_text(
+        "hydra:\n  runtime: {choices: {model: din1, experiment: null}}\n"
+        "  overrides: {task: [model=din1]}\n")
+    report = make_report([tmp_path], plot=False)
+    row15 = next(r for r in report.tables[0].rows if r.label == "15")
+    assert row15.status == "1 no results.json" and row15.jobs[0].seed == 5
+
+
+def test_png_is_written(sweep):
+    report = make_report([sweep / "multirun", sweep / "outputs"], out=sweep / "out")
+    png = sweep / "out" / "report.png"
+    assert png in report.files and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000
+
+
+def test_wandb_offline_fails_fast_with_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    start = time.monotonic()
+    with pytest.raises(UserError, match="WANDB_MODE=offline"):
+        make_report([], out=tmp_path, wandb_project="entity/project", wandb_group="g")
+    assert time.monotonic() - start < 2
+
+
+def test_wandb_unreachable_fails_fast(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
+    start = time.monotonic()
+    with pytest.raises(UserError, match="cannot reach the W&B API at 127.0.0.1:9"):
+        make_report([], out=tmp_path, wandb_project="entity/project", wandb_group="g")
+    assert time.monotonic() - start < 5
+
+
+def test_wandb_runs_become_jobs():
+    run = SimpleNamespace(
+        id="abc", url="https://wandb.ai/e/p/runs/abc", state="finished", tags=["table2", "row17"],
+        config={"model": {"name": "din1"}, "dim": 400, "seed": 2, "data": {"name": "snli"}},
+        summary={"test/acc": 0.875, "train/acc_at_best": 0.9, "params/trainable": 1_289_203})
+    crashed = SimpleNamespace(id="def", url=None, state="crashed", tags=[],
+                              config={"model.name": "din2", "dim": 256, "data.name": "snli"},
+                              summary={})
+    raw = SimpleNamespace(id="ghi", url=None, state="running", tags=[], summary={},
+                          config={"model": {"value": {"name": "lstm"}}, "dim": {"value": 128},
+                                  "data": {"value": {"name": "snli"}}})
+    done, failed, running = jobs_from_wandb_runs([run, crashed, raw], "e/p")
+    assert (running.status, running.model, running.dim, running.row.row) == ("running", "lstm",
+                                                                             128, 1)
+    assert (done.status, done.model, done.dim, done.row.row) == ("completed", "din1", 400, 17)
+    assert done.test == pytest.approx(87.5) and done.params == 1_289_203
+    assert (failed.status, failed.model, failed.row.row) == ("failed", "din2", 14)
+    assert failed.folder == "wandb:e/p/def"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "src" / "report.py"), *args],
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+def test_cli_nonexistent_path_is_one_line_error(tmp_path):
+    proc = run_cli(str(tmp_path / "nope"))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+    assert "no such folder" in proc.stderr
+
+
+def test_cli_wandb_offline_is_one_line_error(tmp_path):
+    proc = run_cli("--wandb", "e/p", "--group", "g", env={"WANDB_MODE": "offline"})
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("error: --wandb needs the W&B API")
+
+
+def test_cli_writes_the_report_into_the_first_path(sweep):
+    proc = run_cli(str(sweep / "multirun"), "--no-plot")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# Results report")
+    assert (sweep / "multirun" / "report.md").read_text() == proc.stdout
+
+
+def test_wandb_runs_already_read_from_folders_count_once(monkeypatch, tmp_path):
+    write_job(tmp_path / "0", seed=1, test=0.88)
+    results = json.loads((tmp_path / "0" / "results.json").read_text())
+    (tmp_path / "0" / "results.json").write_text(json.dumps({**results, "wandb_run_id": "r0"}))
+
+    def run(run_id, seed):
+        return SimpleNamespace(id=run_id, url=None, state="finished", tags=[], summary={
+            "test/acc": 0.86}, config={"model": {"name": "din1"}, "dim": 400, "seed": seed,
+                                       "data": {"name": "snli"}})
+
+    class FakeApi:
+        def __init__(self, timeout=None):
+            pass
+
+        def runs(self, path, filters=None, lazy=True):
+            assert path == "e/p" and filters == {"group": "g"} and lazy is False
+            return [run("r0", 1), run("r1", 2)]
+
+    monkeypatch.setattr("entailment_lab.report.check_wandb_reachable", lambda: None)
+    monkeypatch.setitem(sys.modules, "wandb", SimpleNamespace(Api=FakeApi))
+    report = make_report([tmp_path], wandb_project="e/p", wandb_group="g", plot=False)
+    row17 = next(r for r in report.tables[0].rows if r.label == "17")
+    assert sorted(j.test for j in row17.jobs) == pytest.approx([86.0, 88.0])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "give at least one folder"),
+    (("--group", "g", "."), "--group needs --wandb"),
+    (("--wandb", "no-slash"), "ENTITY/PROJECT"),
+])
+def test_cli_argument_errors(args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 1 and message in proc.stderr and proc.stderr.count("\n") == 1
