@@ -1,4 +1,4 @@
-"""Heat maps for one pair: ``python src/explain.py ckpt_path=... premise="..." hypothesis="..."``."""
+"""Heat maps for one pair: ``python src/explain.py ckpt_path=... premise=... hypothesis=...``."""
 
 import logging
 

@@ -24,12 +24,12 @@ import lightning as L
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the headless backend
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
 
-from entailment_lab.data.batching import pad_ids  # noqa: E402
-from entailment_lab.data.text import Vocabulary, tokenize  # noqa: E402
+from entailment_lab.data.batching import pad_ids
+from entailment_lab.data.text import Vocabulary, tokenize
 
 log = logging.getLogger(__name__)
 
