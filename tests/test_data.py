@@ -76,6 +76,12 @@ def test_bucket_sampler_groups_lengths_and_covers_everything():
     ranks = [list(BucketBatchSampler(lengths, 32, True, 1, num_replicas=2, rank=r)) for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1]) == (len(sampler) + 1) // 2
     assert not {tuple(b) for b in ranks[0]} & {tuple(b) for b in ranks[1]}
+    # Evaluation: no example twice, every rank has a batch even when there are few examples.
+    evals = [list(BucketBatchSampler(lengths[:30], 256, False, num_replicas=2, rank=r))
+             for r in (0, 1)]
+    assert all(evals) and sorted(i for e in evals for b in e for i in b) == list(range(30))
+    assert [len(BucketBatchSampler(lengths[:30], 256, False, num_replicas=2, rank=r))
+            for r in (0, 1)] == [1, 1]
 
 
 def test_pad_and_collate():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 import sys
 from collections.abc import Callable
@@ -32,7 +33,9 @@ def register_resolvers() -> None:
 def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> float | None:
     """Run ``task``; print user errors in one line (no traceback) and exit with status 1.
 
-    Returns ``cfg.optimized_metric`` (for Hydra sweepers), NaN if the run produced none.
+    Returns ``cfg.optimized_metric`` for Hydra sweepers; if the run produced none, or NaN (a
+    diverged run), ``cfg.objective_on_nan`` instead, so that an Optuna study records a bad
+    trial and goes on (Optuna refuses NaN and would stop the whole sweep).
     """
     try:
         metrics = task(cfg)
@@ -47,5 +50,9 @@ def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> f
         message = str(err).strip().splitlines()[0]
         sys.exit(f"error: config: {message}")
     name = cfg.get("optimized_metric")
-    value = metrics.get(name) if name else None
-    return float("nan") if name and value is None else value
+    if not name:
+        return None
+    value = metrics.get(name)
+    if value is None or math.isnan(value):
+        return cfg.get("objective_on_nan", float("nan"))
+    return float(value)

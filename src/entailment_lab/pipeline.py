@@ -240,7 +240,7 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
                                       logger=loggers or False)
     for lg in loggers:
         lg.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), **params})
-        if isinstance(lg, WandbLogger):
+        if isinstance(lg, WandbLogger) and trainer.is_global_zero:
             lg.experiment.summary.update(params)
             results.update(wandb_run_id=lg.version, wandb_group=lg.experiment.group or None)
             module.metadata["wandb_run_id"] = lg.version
@@ -263,10 +263,11 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
                         if k.startswith("test/")})
         confusion = module.test_confusion.compute().tolist()
         results.update(test_confusion_matrix=confusion, labels=module.label_names)
-        _log_confusion(loggers, confusion, module.label_names)
+        if trainer.is_global_zero:
+            _log_confusion(loggers, confusion, module.label_names)
     results.update(metrics=metrics)
     for lg in loggers:
-        if isinstance(lg, WandbLogger):
+        if isinstance(lg, WandbLogger) and trainer.is_global_zero:
             lg.experiment.summary.update({k: v for k, v in metrics.items() if v is not None})
     return metrics
 

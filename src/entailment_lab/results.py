@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.utilities import rank_zero_only
+
 RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 1
 
@@ -60,6 +62,9 @@ class ResultsFile:
         self.data.update(fields)
 
     def save(self) -> None:
+        """Write the file (rank 0 only: in DDP every rank runs the job, one file results)."""
+        if rank_zero_only.rank != 0:
+            return
         self.data["wall_time_s"] = round(time.time() - self.started, 2)
         write_json_atomic(self.path, self.data)
 

@@ -21,8 +21,10 @@ class BucketBatchSampler(Sampler[list[int]]):
     hypothesis length); rows are then ordered lexicographically.
 
     Distributed training: Lightning's sampler replacement is off (``use_distributed_sampler:
-    false``); this sampler gives rank ``r`` every ``num_replicas``-th batch, padding the batch
-    list by repetition so all ranks run the same number of steps.
+    false``); this sampler gives rank ``r`` every ``num_replicas``-th batch. Training
+    (``shuffle``) pads the batch list by repetition so all ranks run the same number of steps
+    (gradient all-reduce needs it); evaluation does not pad, so every example is counted exactly
+    once when the metrics are reduced across ranks.
     """
 
     def __init__(
@@ -57,6 +59,12 @@ class BucketBatchSampler(Sampler[list[int]]):
             return indices[np.argsort(keys, kind="stable")]
         return indices[np.lexsort(keys.T[::-1])]
 
+    def _batch_size(self) -> int:
+        """Evaluation over several ranks: small enough that every rank gets a batch."""
+        if self.shuffle or self.num_replicas == 1:
+            return self.batch_size
+        return max(1, min(self.batch_size, math.ceil(len(self.keys) / self.num_replicas)))
+
     def _batches(self) -> list[np.ndarray]:
         n = len(self.keys)
         if self.shuffle:
@@ -68,14 +76,16 @@ class BucketBatchSampler(Sampler[list[int]]):
             )
         else:
             indices = self._order(np.arange(n))
-        batches = [indices[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+        size = self._batch_size()
+        batches = [indices[i : i + size] for i in range(0, n, size)]
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
         if self.shuffle:
             rng.shuffle(batches)
         if self.num_replicas > 1:
-            total = math.ceil(len(batches) / self.num_replicas) * self.num_replicas
-            batches += batches[: total - len(batches)]
+            if self.shuffle:
+                total = math.ceil(len(batches) / self.num_replicas) * self.num_replicas
+                batches += batches[: total - len(batches)]
             batches = batches[self.rank :: self.num_replicas]
         return batches
 
@@ -84,10 +94,11 @@ class BucketBatchSampler(Sampler[list[int]]):
             yield batch.tolist()
 
     def __len__(self) -> int:
-        n = len(self.keys) // self.batch_size if self.drop_last else math.ceil(
-            len(self.keys) / self.batch_size
-        )
-        return math.ceil(n / self.num_replicas)
+        size = self._batch_size()
+        n = len(self.keys) // size if self.drop_last else math.ceil(len(self.keys) / size)
+        if self.shuffle:
+            return math.ceil(n / self.num_replicas)
+        return len(range(self.rank, n, self.num_replicas))
 
 
 def pad_ids(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:

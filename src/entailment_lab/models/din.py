@@ -1,0 +1,579 @@
+"""DIN: Dynamic Interactive Network over matrix space (Huo & Liu, 2018), DIN-1, DIN-2, ablation.
+
+Pipeline (equation numbers of the seed paper, ``shared/seeds/000_*.txt``; m = √d):
+
+1. Embedding: fixed word vectors (passed in), ``x'_τ`` for P and ``x_t`` for H, size d_emb.
+2. Encoding layer (Eq. 3-6): a GRU of size d over the premise only, ``h'_τ``.
+3. Transformation layer (Eq. 7): ``W̃ = tanh(W_trans · c + b_trans)`` turns a vector into an m×m
+   matrix; P uses ``c = h'_τ`` (d -> m×m), H uses the raw word vector ``c = x_t`` (d_emb -> m×m).
+4. Interaction layer (Eq. 8): for every hypothesis position t a matrix RNN over the premise,
+   ``W^t_τ = tanh(W̃'_τ W̃_t + W_inter W^t_{τ-1} + b_inter)``; its output is ``W^t_{ℓ_P}``.
+5. Control layer: a GRU over H whose weights at step t are generated from ``W^t_{ℓ_P}``:
+   DIN-1 (Eq. 9-16) with a matrix state, DIN-2 (Eq. 17-19) with a vector state, or, for the
+   Table 2 row 18 ablation ("static"), an ordinary GRU reading ``[x_t; VECTORIZE(W^t_{ℓ_P})]``.
+6. Output layer (Eq. 20-22): mean of ``h_t`` over the true hypothesis length, one fully
+   connected layer, softmax classifier (the model returns logits; the loss applies the softmax).
+
+Equation numbers up to (16) are printed in the text and confirmed by its §3.2(e) ("式(15)(16)",
+"式(9)-(14)"); the extracted text does not print the later ones, so (17)-(22) here are counted
+in display order: (17) the DIN-2 GRU block, (18) V^t and W^t_g, (19) b^t_g, (20) mean pooling,
+(21) FC, (22) softmax.
+
+Ambiguities of the text and the choices made here (constructor knob in brackets; the defaults
+reproduce every DIN "Para" figure of Table 2 under the counting convention in ``SPEC.md``):
+
+* DIN-1, what multiplies ``[H_{t-1}, W̃_t]`` (Eq. 10-12) [``din1_weights``]. The text generates
+  ONE m×m matrix ``W^t_g`` per gate (Eq. 15, ``W_con ∈ R^{m×m}``) but applies it to a pair of
+  m×m matrices. ``"shared"`` (default): the same generated matrix multiplies both parts from the
+  left and the products are summed, ``W^t_g·H_{t-1} + W^t_g·W̃_t`` - the only reading that keeps
+  every shape the text states (and Table 2's 9d control parameters). ``"split"``: the pair is
+  stacked and each part gets its own generated matrix (a second ``W_con``/``b_con`` per gate,
+  ``W_con_x``/``b_con_x``), ``W^t_{g,H}·H_{t-1} + W^t_{g,x}·W̃_t`` (6d more parameters).
+* DIN-2, the generated weight (Eq. 17-19) [``din2_weights``]. ``W^t_g = W^g_con V^t + b^g_con``
+  is a d-vector (``W_con ∈ R^{d×d}``, ``b_con ∈ R^d``) and ``b^t_g = B^g_con V^t``. The text
+  calls it a re-parameterisation as in HyperNetworks. ``"diagonal"`` (default): the vector is
+  a diagonal weight applied to both parts of the input, ``W^t_g ⊙ h_{t-1} + W^t_g ⊙ x_t``
+  (mirrors DIN-1's "shared"); it uses exactly the parameters the text lists and reproduces
+  Table 2's DIN-2 counts. ``"row_scale"``: HyperNetworks' memory-efficient form, the vector
+  scales the rows of a static weight, ``W^t_g ⊙ (U^g_h h_{t-1} + U^g_x x_t)`` (static ``U_h``,
+  ``U_x`` per gate, not in the text; Table 2's counts are then not reproduced). Eq. 17-19 show
+  no tanh on the generated vectors (unlike DIN-1's Eq. 15-16); none is applied.
+* DIN-2, the GRU input written ``x_{t-1}`` (Eq. 17) [``din2_input``]. Read as the input of step
+  t (the t-1 is taken as a typo: every other GRU in the paper reads its step's own input).
+  ``"hypothesis_matrix"`` (default): ``VECTORIZE(W̃_t)``, the transformed hypothesis word, the
+  same input DIN-1 uses (size d, so a diagonal weight fits). ``"word"``: the raw word vector
+  ``x_t`` (size d_emb; needs ``din2_weights="row_scale"`` unless d_emb = d).
+* Ablation input (Table 2 row 18) [``static_input``]: the ordinary GRU reads
+  ``[x_t; VECTORIZE(W^t_{ℓ_P})]`` with ``"word"`` (default; size d_emb + d, 700 -> 400 in the
+  paper, which reproduces its 1.9M) or ``[VECTORIZE(W̃_t); VECTORIZE(W^t_{ℓ_P})]`` with
+  ``"hypothesis_matrix"``.
+* Initial interaction state ``W^t_0`` (Eq. 8) [``interaction_init``]: ``"zeros"`` (default, a
+  standard RNN start) or ``"hypothesis"`` (``W^t_0 = W̃_t``, reading Eq. 8's summary
+  ``W^t_τ = RNN(W^t_{τ-1}, W̃_t)`` as the hypothesis word being the RNN's starting point).
+* Padded premise positions (Eq. 8): each (pair, hypothesis word) row runs the recurrence over
+  its own premise's real positions only, so its output is the state at the true last position
+  ``ℓ_P`` whatever the padding (equivalent to keeping ``W^t_{τ-1}`` wherever τ is padding). No
+  knob.
+* Padding is assumed at the end of each row (the DataModule pads right), so a sentence's length
+  is ``mask.sum()``. The encoder GRU and the ablation's GRU run packed; position-wise layers
+  (transformations, weight generation) run on the real positions only; the control recurrence
+  runs over the padded length, but its padded steps come after every real step and are left out
+  of the mean pooling.
+* Initial control state ``h_0`` / ``H_0``: zeros (the paper does not say). No knob.
+* Activation of the FC layer (Eq. 21) [``fc_activation``]: ``"tanh"`` (default, the
+  non-linearity used everywhere else in the model), ``"relu"`` or ``"none"``.
+* Dropout (§3.1.3: "on the encoder's input and output and the control layer's output"): on the
+  premise word vectors (the encoder reads P only), on ``h'_τ``, and on the control outputs
+  ``h_t`` before pooling. Hypothesis word vectors are not dropped.
+* Initialisation (not in the text): every weight uniform(±1/√fan_in) like PyTorch's own layers.
+
+Analysis maps (``return_details=True``), for heat maps like the paper's Fig. 2 and Fig. 3:
+
+* ``"interaction_norms"`` (batch, len_h, len_p): ``α^t_τ = ‖VECTORIZE(W^t_τ)‖_2`` min-max
+  normalised over the real premise positions τ of each hypothesis word t (Fig. 2). Padded τ and
+  padded t are 0; a row whose real values are all equal (e.g. a one-word premise) is 0.
+* ``"gate_change"`` (batch, 3, len_h), rows (z, r, h): the change of the generated weights at
+  each hypothesis step (Fig. 3), ``Δ^t_g = ‖W^t_g − W^{t-1}_g‖_F`` (for DIN-1 "split" both
+  generated parts together). ``W^0_g`` is the "resting" weight the generator produces from an
+  all-zero interaction matrix (``tanh(b_con)`` for DIN-1, ``b_con`` for DIN-2), i.e. the weight
+  before any interaction. Min-max normalised jointly over the three gates and the real
+  hypothesis positions of each pair (so the gates can be compared, as the paper does); padded
+  positions 0. For ``"static"`` no weights are generated: Δ is the change of the GRU's gate
+  activations instead (update z, reset r, candidate n), ``‖g_t − g_{t-1}‖_2``, with ``g_0`` the
+  activations for a zero input and zero state, normalised the same way.
+* ``"premise_mask"``, ``"hypothesis_mask"``: the input masks, to crop the maps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import count_trainable_parameters, masked_mean
+
+VARIANTS = ("din1", "din2", "static")
+
+
+def _uniform_(tensor: torch.Tensor, fan_in: int) -> None:
+    """PyTorch's default layer initialisation: uniform(±1/√fan_in)."""
+    bound = 1.0 / math.sqrt(fan_in)
+    nn.init.uniform_(tensor, -bound, bound)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"model.net.{name}={value!r} is not one of {', '.join(choices)}")
+
+
+def minmax_normalise(
+    values: torch.Tensor, mask: torch.Tensor, dims: tuple[int, ...]
+) -> torch.Tensor:
+    """Min-max normalise ``values`` to [0, 1] over ``dims``, using only positions where ``mask``.
+
+    Masked-out positions become 0; a group whose real values are all equal becomes 0.
+    ``mask`` must broadcast to ``values``.
+    """
+    mask = mask.expand_as(values)
+    big = torch.finfo(values.dtype).max
+    lo = values.masked_fill(~mask, big).amin(dim=dims, keepdim=True)
+    hi = values.masked_fill(~mask, -big).amax(dim=dims, keepdim=True)
+    span = hi - lo
+    scaled = (values - lo) / torch.where(span > 0, span, torch.ones_like(span))
+    return torch.where(mask & (span > 0), scaled, torch.zeros_like(values))
+
+
+def scatter_rows(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``x[mask]``: rows (N, ...) -> (batch, len, ...), zeros where mask is False.
+
+    Position-wise layers run on the N real positions only (``x[mask]``) and scatter back, so
+    padding costs no compute.
+    """
+    return rows.new_zeros(*mask.shape, *rows.shape[1:]).index_put((mask,), rows)
+
+
+def longest_first(lengths: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int]]:
+    """Order of rows by ``lengths``, longest first, and how many rows still run at each step.
+
+    With the rows in this order, those still inside their sequence at step s are the first
+    ``running[s]`` (the idea of ``pack_padded_sequence``): a recurrence updates only that
+    prefix, so padding is never computed.
+    """
+    order = torch.argsort(lengths, descending=True, stable=True)
+    steps_range = torch.arange(steps, device=lengths.device)
+    running = (lengths[None, :] > steps_range[:, None]).sum(dim=1)  # (steps,), non-increasing
+    return order, running.tolist()
+
+
+def run_packed(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Run a batch-first ``gru`` over right-padded ``x`` (batch, len, in) as a packed sequence.
+
+    Padded steps are skipped (outputs 0 there); real steps are as in the unpacked run.
+    """
+    packed = nn.utils.rnn.pack_padded_sequence(
+        x, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
+    )
+    out, _ = nn.utils.rnn.pad_packed_sequence(
+        gru(packed)[0], batch_first=True, total_length=x.shape[1]
+    )
+    return out
+
+
+class Transformation(nn.Module):
+    """Eq. 7: ``W̃ = tanh(W_trans · c + b_trans)``, a vector of size d_c -> an m×m matrix."""
+
+    def __init__(self, in_features: int, m: int) -> None:
+        super().__init__()
+        self.m = m
+        self.W_trans = nn.Parameter(torch.empty(m, m, in_features))  # R^{m×m×d_c}
+        self.b_trans = nn.Parameter(torch.empty(m, m))  # R^{m×m}
+        _uniform_(self.W_trans, in_features)
+        _uniform_(self.b_trans, in_features)
+
+    def forward(self, c: torch.Tensor) -> torch.Tensor:
+        # c: (..., d_c) -> (..., m, m)
+        m = self.m
+        out = F.linear(c, self.W_trans.view(m * m, -1), self.b_trans.view(m * m))
+        return torch.tanh(out).unflatten(-1, (m, m))
+
+
+class Interaction(nn.Module):
+    """Eq. 8: ``W^t_τ = tanh(W̃'_τ W̃_t + W_inter W^t_{τ-1} + b_inter)`` for every (pair, t).
+
+    A Python loop over premise positions τ only; each step is one batched matrix product over
+    the real (pair, hypothesis word) rows. The rows are sorted by premise length, longest first,
+    so that the rows still inside their premise at step τ are a prefix (the idea of
+    ``pack_padded_sequence``): a row leaves the loop at its premise's true last position, so its
+    final state is ``W^t_{ℓ_P}`` whatever the padding, and padding is never computed.
+    """
+
+    def __init__(self, m: int, init: str = "zeros") -> None:
+        super().__init__()
+        self.init = init
+        self.W_inter = nn.Parameter(torch.empty(m, m))  # R^{m×m}
+        self.b_inter = nn.Parameter(torch.empty(m, m))  # R^{m×m}
+        _uniform_(self.W_inter, m)
+        _uniform_(self.b_inter, m)
+
+    def forward(
+        self,
+        W_p: torch.Tensor,
+        premise_mask: torch.Tensor,
+        W_h: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_norms: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """W_p (batch, len_p, m, m), W_h (batch, len_h, m, m) -> W^t_{ℓ_P} (batch, len_h, m, m).
+
+        Padded hypothesis positions get a zero matrix. With ``return_norms`` also
+        ``‖W^t_τ‖_F`` (batch, len_h, len_p), 0 at padded positions.
+        """
+        batch, len_h, m, _ = W_h.shape
+        len_p = W_p.shape[1]
+        # The N = Σ ℓ_H real rows, sorted by their premise's length, longest first.
+        b_idx, t_idx = hypothesis_mask.nonzero(as_tuple=True)  # (N,) each
+        order, running = longest_first(premise_mask.sum(dim=1)[b_idx], len_p)
+        b_idx, t_idx = b_idx[order], t_idx[order]
+        n_rows = b_idx.numel()
+
+        W_t = W_h[b_idx, t_idx]  # W̃_t of each row: (N, m, m)
+        state = W_t if self.init == "hypothesis" else torch.zeros_like(W_t)  # W^t_0
+        finished, norms = [], []  # final states of rows whose premise has ended
+        # unbind, not W_p[:, tau]: indexing in a loop costs a full-size zero tensor per step
+        # in the backward pass.
+        for W_p_tau, n in zip(W_p.unbind(1), running, strict=True):
+            if n < len(state):  # rows n.. have passed their premise's end: state is W^t_{ℓ_P}
+                finished.append(state[n:])
+                state = state[:n]
+            # W̃'_τ W̃_t + W_inter W^t_{τ-1} + b_inter: (n, m, m)
+            state = torch.tanh(W_p_tau[b_idx[:n]] @ W_t[:n] + self.W_inter @ state + self.b_inter)
+            if return_norms:
+                norms.append(F.pad(state.flatten(1).norm(dim=1), (0, n_rows - n)))  # (N,)
+        state = torch.cat([state, *reversed(finished)])  # W^t_{ℓ_P}, all N rows in order
+        out = W_h.new_zeros(batch, len_h, m, m).index_put((b_idx, t_idx), state)
+        if not return_norms:
+            return out, None
+        norms_rows = torch.stack(norms, dim=1)  # (N, len_p)
+        return out, W_h.new_zeros(batch, len_h, len_p).index_put((b_idx, t_idx), norms_rows)
+
+
+class MatrixControlGRU(nn.Module):
+    """DIN-1 control layer (Eq. 9-16): a GRU with an m×m matrix state and generated weights.
+
+    ``W^t_g = tanh(W^g_con W^t_{ℓ_P} + b^g_con)``, ``b^t_g = tanh(B^g_con W^t_{ℓ_P})`` for
+    g ∈ (z, r, h), stacked on dim 0 of ``W_con``/``b_con``/``B_con`` (3, m, m). The weights of
+    all steps are generated at once (for real hypothesis words only); the recurrence loops over
+    hypothesis positions only.
+    """
+
+    def __init__(self, m: int, weights: str = "shared") -> None:
+        super().__init__()
+        self.m = m
+        self.W_con = nn.Parameter(torch.empty(3, m, m))
+        self.b_con = nn.Parameter(torch.empty(3, m, m))
+        self.B_con = nn.Parameter(torch.empty(3, m, m))
+        # "split": a second generated matrix per gate for the W̃_t part of [H_{t-1}, W̃_t].
+        self.W_con_x = nn.Parameter(torch.empty(3, m, m)) if weights == "split" else None
+        self.b_con_x = nn.Parameter(torch.empty(3, m, m)) if weights == "split" else None
+        for p in self.parameters():
+            _uniform_(p, m)
+
+    def generate(self, W_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Eq. 15-16: W^t_{ℓ_P} (..., m, m) -> (W_H, W_X, b), each (..., 3, m, m).
+
+        W_H multiplies H_{t-1}, W_X multiplies W̃_t (the same tensor unless "split").
+        """
+        W_out = W_out.unsqueeze(-3)  # (..., 1, m, m), broadcast over the three gates
+        W_H = torch.tanh(self.W_con @ W_out + self.b_con)  # Eq. 15
+        b = torch.tanh(self.B_con @ W_out)  # Eq. 16
+        W_X = W_H if self.W_con_x is None else torch.tanh(self.W_con_x @ W_out + self.b_con_x)
+        return W_H, W_X, b
+
+    def forward(
+        self,
+        W_out: torch.Tensor,
+        W_h: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_change: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """W_out, W_h (batch, len_h, m, m) -> h_t (batch, len_h, d) [, Δ (batch, 3, len_h)]."""
+        batch, len_h, m, _ = W_h.shape
+        mask_t = hypothesis_mask.T  # (len_h, batch): real words in step-major order
+        # Eq. 15-16 for the N real words, and the W̃_t part of Eq. 10-12: (N, 3, m, m)
+        W_H, W_X, b = self.generate(W_out.transpose(0, 1)[mask_t])
+        pre_x = W_X @ W_h.transpose(0, 1)[mask_t].unsqueeze(1) + b  # W^t_g·W̃_t + b^t_g
+        H = W_h.new_zeros(batch, m, m)  # H_0 = 0
+        outputs = []
+        for W_t, pre_t in zip(
+            scatter_rows(W_H, mask_t).unbind(0), scatter_rows(pre_x, mask_t).unbind(0), strict=True
+        ):  # (batch, 3, m, m) each; unbind, not [t]: a cheap backward
+            W_z, W_r, W_n = W_t.unbind(1)  # W^t_g: (batch, m, m)
+            pre_z, pre_r, pre_n = pre_t.unbind(1)
+            Z = torch.sigmoid(W_z @ H + pre_z)  # Eq. 10: σ(W^t_z·H_{t-1} + W^t_z·W̃_t + b^t_z)
+            R = torch.sigmoid(W_r @ H + pre_r)  # Eq. 11
+            H_tilde = torch.tanh(W_n @ (R * H) + pre_n)  # Eq. 12
+            H = (1 - Z) * H + Z * H_tilde  # Eq. 13
+            outputs.append(H.flatten(1))  # Eq. 14, h_t = VECTORIZE(H_t): (batch, d)
+        change = None
+        if return_change:
+            W = W_H if self.W_con_x is None else torch.cat([W_H, W_X], dim=-1)
+            rest = self.generate(W_out.new_zeros(m, m))
+            W0 = rest[0] if self.W_con_x is None else torch.cat([rest[0], rest[1]], dim=-1)
+            W = scatter_rows(W.flatten(-2), mask_t).transpose(0, 1)  # (batch, len_h, 3, ·)
+            change = _step_change(W, W0.flatten(-2))
+        return torch.stack(outputs, dim=1), change
+
+
+class VectorControlGRU(nn.Module):
+    """DIN-2 control layer (Eq. 17-19): a GRU with a d-vector state and re-parameterised weights.
+
+    ``V^t = VECTORIZE(W^t_{ℓ_P})``, ``W^t_g = W^g_con V^t + b^g_con`` and ``b^t_g = B^g_con V^t``
+    (d-vectors) for g ∈ (z, r, h). ``"diagonal"``: ``W^t_g ⊙ h + W^t_g ⊙ x``; ``"row_scale"``:
+    ``W^t_g ⊙ (U_h h + U_x x)`` with static ``U_h`` (3, d, d), ``U_x`` (3, d, d_x).
+    """
+
+    def __init__(self, d: int, input_size: int, weights: str = "diagonal") -> None:
+        super().__init__()
+        self.W_con = nn.Parameter(torch.empty(3, d, d))  # W^g_con ∈ R^{d×d}
+        self.b_con = nn.Parameter(torch.empty(3, d))  # b^g_con ∈ R^d
+        self.B_con = nn.Parameter(torch.empty(3, d, d))  # B^g_con ∈ R^{d×d}
+        self.U_h = nn.Parameter(torch.empty(3, d, d)) if weights == "row_scale" else None
+        self.U_x = nn.Parameter(torch.empty(3, d, input_size)) if weights == "row_scale" else None
+        for p in (self.W_con, self.b_con, self.B_con):
+            _uniform_(p, d)
+        if self.U_h is not None:
+            _uniform_(self.U_h, d + input_size)
+            _uniform_(self.U_x, d + input_size)
+
+    def generate(self, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 18-19: V^t (..., d) -> (W^t_g, b^t_g), each (..., 3, d)."""
+        d = V.shape[-1]
+        W = (V @ self.W_con.reshape(3 * d, d).T).unflatten(-1, (3, d)) + self.b_con  # Eq. 18
+        b = (V @ self.B_con.reshape(3 * d, d).T).unflatten(-1, (3, d))  # Eq. 19
+        return W, b
+
+    @staticmethod
+    def _static(U: torch.Tensor | None, v: torch.Tensor) -> torch.Tensor:
+        """``U_g v`` for the gates stacked in U (k, d, ·): v (..., ·) -> (..., k, d).
+
+        Without U ("diagonal") v itself, broadcast over the gates.
+        """
+        if U is None:
+            return v.unsqueeze(-2)
+        return (v @ U.reshape(-1, U.shape[-1]).T).unflatten(-1, U.shape[:2])
+
+    def forward(
+        self,
+        W_out: torch.Tensor,
+        x: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_change: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """W_out (batch, len_h, m, m), x (batch, len_h, d_x) -> h_t (batch, len_h, d) [, Δ]."""
+        mask_t = hypothesis_mask.T  # (len_h, batch): real words in step-major order
+        V = W_out.transpose(0, 1)[mask_t].flatten(1)  # Eq. 18, V^t = VECTORIZE(W^t_{ℓ_P}): (N, d)
+        batch, d = x.shape[0], V.shape[-1]
+        W, b = self.generate(V)  # Eq. 18-19: (N, 3, d)
+        x_rows = x.transpose(0, 1)[mask_t]  # (N, d_x)
+        pre_x = W * self._static(self.U_x, x_rows) + b  # W^t_g ⊙ (U_x) x_t + b^t_g: (N, 3, d)
+        U_zr = None if self.U_h is None else self.U_h[:2]
+        U_n = None if self.U_h is None else self.U_h[2:]
+        h = V.new_zeros(batch, d)  # h_0 = 0
+        outputs = []
+        for W_t, pre_t in zip(
+            scatter_rows(W, mask_t).unbind(0), scatter_rows(pre_x, mask_t).unbind(0), strict=True
+        ):  # (batch, 3, d) each; unbind, not [t]: a cheap backward
+            w_z, w_r, w_n = W_t.unbind(1)  # W^t_g: (batch, d)
+            pre_z, pre_r, pre_n = pre_t.unbind(1)
+            h_z, h_r = (h, h) if U_zr is None else self._static(U_zr, h).unbind(1)  # (U^g_h)h
+            z = torch.sigmoid(w_z * h_z + pre_z)  # Eq. 17: σ(W^t_z·[h_{t-1}, x_t] + b^t_z)
+            r = torch.sigmoid(w_r * h_r + pre_r)
+            h_tilde = torch.tanh(w_n * self._static(U_n, r * h)[:, 0] + pre_n)
+            h = (1 - z) * h + z * h_tilde
+            outputs.append(h)
+        change = None
+        if return_change:
+            W = scatter_rows(W, mask_t).transpose(0, 1)  # (batch, len_h, 3, d)
+            change = _step_change(W, self.generate(V.new_zeros(d))[0])
+        return torch.stack(outputs, dim=1), change
+
+
+class StaticControlGRU(nn.Module):
+    """Table 2 row 18: no generated weights; an ordinary GRU reads ``[input_t; V^t]``."""
+
+    def __init__(self, d: int, input_size: int) -> None:
+        super().__init__()
+        self.gru = nn.GRU(input_size + d, d, batch_first=True)
+
+    def forward(
+        self,
+        W_out: torch.Tensor,
+        x: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_change: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """W_out (batch, len_h, m, m), x (batch, len_h, d_x) -> h_t (batch, len_h, d) [, Δ]."""
+        inputs = torch.cat([x, W_out.flatten(2)], dim=-1)  # [x_t; V^t]: (batch, len_h, d_x + d)
+        h = run_packed(self.gru, inputs, hypothesis_mask)  # h_0 = 0
+        if not return_change:
+            return h, None
+        # Recompute the gate activations from the outputs (PyTorch's GRU: r, z, n order).
+        g = self.gru
+        h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+        gates = self._gates(
+            F.linear(inputs, g.weight_ih_l0, g.bias_ih_l0),
+            F.linear(h_prev, g.weight_hh_l0, g.bias_hh_l0),
+        )
+        resting = self._gates(g.bias_ih_l0, g.bias_hh_l0)  # zero input, zero state: (3, d)
+        return h, _step_change(gates, resting)
+
+    @staticmethod
+    def _gates(gi: torch.Tensor, gh: torch.Tensor) -> torch.Tensor:
+        """(..., 3d) input and hidden pre-activations -> (..., 3, d) activations in (z, r, n)."""
+        i_r, i_z, i_n = gi.chunk(3, dim=-1)
+        h_r, h_z, h_n = gh.chunk(3, dim=-1)
+        r = torch.sigmoid(i_r + h_r)
+        return torch.stack([torch.sigmoid(i_z + h_z), r, torch.tanh(i_n + r * h_n)], dim=-2)
+
+
+def _step_change(W: torch.Tensor, W0: torch.Tensor) -> torch.Tensor:
+    """Fig. 3's ``‖W^t_g − W^{t-1}_g‖`` (``W^0_g = W0``) over the last dim.
+
+    W (batch, len_h, 3, k), W0 (3, k) -> (batch, 3, len_h).
+    """
+    prev = torch.cat([W0.expand_as(W[:, :1]), W[:, :-1]], dim=1)
+    return (W - prev).norm(dim=-1).transpose(1, 2)
+
+
+class DIN(nn.Module):
+    """The Dynamic Interactive Network: ``variant`` "din1", "din2" or "static" (Table 2 row 18).
+
+    See the module docstring for the architecture, every ambiguity of the paper's text and the
+    knob that selects each reading.
+    """
+
+    def __init__(
+        self,
+        embedding: nn.Embedding,
+        num_classes: int,
+        dim: int,
+        variant: str = "din1",
+        dropout: float = 0.2,
+        din1_weights: str = "shared",
+        din2_weights: str = "diagonal",
+        din2_input: str = "hypothesis_matrix",
+        static_input: str = "word",
+        interaction_init: str = "zeros",
+        fc_activation: str = "tanh",
+    ) -> None:
+        super().__init__()
+        m = math.isqrt(dim) if isinstance(dim, int) and dim > 0 else 0
+        if m * m != dim or m == 0:
+            raise ConfigError(
+                f"model.dim / dim={dim} must be a perfect square (e.g. 256, 324, 400) because DIN "
+                "reshapes each word's d-dim encoding into √d×√d matrices (Eq. 7)"
+            )
+        _check_choice("variant", variant, VARIANTS)
+        _check_choice("din1_weights", din1_weights, ("shared", "split"))
+        _check_choice("din2_weights", din2_weights, ("diagonal", "row_scale"))
+        _check_choice("din2_input", din2_input, ("hypothesis_matrix", "word"))
+        _check_choice("static_input", static_input, ("word", "hypothesis_matrix"))
+        _check_choice("interaction_init", interaction_init, ("zeros", "hypothesis"))
+        _check_choice("fc_activation", fc_activation, ("tanh", "relu", "none"))
+        d_emb = embedding.embedding_dim
+        if (
+            variant == "din2"
+            and din2_input == "word"
+            and din2_weights == "diagonal"
+            and d_emb != dim
+        ):
+            raise ConfigError(
+                f"model.net.din2_input='word' (size {d_emb}) needs din2_weights='row_scale': a "
+                f"diagonal generated weight of size dim={dim} cannot multiply it"
+            )
+        self.variant, self.dim, self.m = variant, dim, m
+        self.din2_input, self.static_input = din2_input, static_input
+
+        self.embedding = embedding  # fixed GloVe; built and frozen by the backbone
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = nn.GRU(d_emb, dim, batch_first=True)  # Eq. 3-6
+        self.transform_p = Transformation(dim, m)  # Eq. 7, c = h'_τ
+        self.transform_h = Transformation(d_emb, m)  # Eq. 7, c = x_t
+        self.interaction = Interaction(m, interaction_init)  # Eq. 8
+        self.control: nn.Module
+        if variant == "din1":
+            self.control = MatrixControlGRU(m, din1_weights)
+        elif variant == "din2":
+            self.control = VectorControlGRU(
+                dim, d_emb if din2_input == "word" else dim, din2_weights
+            )
+        else:
+            self.control = StaticControlGRU(dim, d_emb if static_input == "word" else dim)
+        self.fc = nn.Linear(dim, dim)  # Eq. 21
+        self.fc_activation = {"tanh": nn.Tanh(), "relu": nn.ReLU(), "none": nn.Identity()}[
+            fc_activation
+        ]
+        self.output = nn.Linear(dim, num_classes)  # Eq. 22, W_output ∈ R^{classes×d}
+
+    def forward(
+        self,
+        premise: torch.Tensor,
+        premise_mask: torch.Tensor,
+        hypothesis: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_details: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        """Token ids and bool masks (batch, len) -> {"logits": (batch, num_classes), ...}."""
+        # Position-wise steps (and dropout, §3.1.3: the encoder's input and output, the control
+        # layer's output) run on the real positions only: ``x[mask]``, then ``scatter_rows``.
+        x_p = self.dropout(self.embedding(premise[premise_mask]))  # x'_τ: (N_p, d_emb)
+        x_p = scatter_rows(x_p, premise_mask)  # (batch, len_p, d_emb)
+        x_h = self.embedding(hypothesis)  # x_t: (batch, len_h, d_emb)
+        h_p = run_packed(self.encoder, x_p, premise_mask)  # Eq. 3-6, h'_τ: (batch, len_p, d)
+        # Eq. 7: W̃'_τ (batch, len_p, m, m), W̃_t (batch, len_h, m, m)
+        W_p = scatter_rows(self.transform_p(self.dropout(h_p[premise_mask])), premise_mask)
+        W_h = scatter_rows(self.transform_h(x_h[hypothesis_mask]), hypothesis_mask)
+        h, norms, change = self.interact_and_control(
+            W_p, premise_mask, W_h, x_h, hypothesis_mask, return_details
+        )  # Eq. 8-19, h_t: (batch, len_h, d)
+        h = scatter_rows(self.dropout(h[hypothesis_mask]), hypothesis_mask)  # real positions
+        h_bar = masked_mean(h, hypothesis_mask)  # Eq. 20: (batch, d)
+        h_bar = self.fc_activation(self.fc(h_bar))  # Eq. 21
+        result = {"logits": self.output(h_bar)}  # Eq. 22 (softmax in the loss)
+        if return_details:
+            real = premise_mask[:, None, :] & hypothesis_mask[:, :, None]  # (batch, len_h, len_p)
+            # Analysis maps, detached: (batch, len_h, len_p) and (batch, 3, len_h) in [0, 1].
+            result["interaction_norms"] = minmax_normalise(norms.detach(), real, dims=(2,))
+            result["gate_change"] = minmax_normalise(
+                change.detach(), hypothesis_mask[:, None, :], dims=(1, 2)
+            )
+            result["premise_mask"] = premise_mask
+            result["hypothesis_mask"] = hypothesis_mask
+        return result
+
+    def interact_and_control(
+        self,
+        W_p: torch.Tensor,
+        premise_mask: torch.Tensor,
+        W_h: torch.Tensor,
+        x_h: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_details: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The interaction and control layers (Eq. 8-19), from the transformed matrices.
+
+        W_p (batch, len_p, m, m), W_h (batch, len_h, m, m), x_h (batch, len_h, d_emb) ->
+        h_t (batch, len_h, d) and, with ``return_details``, the raw ``‖W^t_τ‖`` (batch, len_h,
+        len_p) and gate changes (batch, 3, len_h).
+        """
+        # Eq. 8, W_out = W^t_{ℓ_P}: (batch, len_h, m, m)
+        W_out, norms = self.interaction(W_p, premise_mask, W_h, hypothesis_mask, return_details)
+        if self.variant == "din1":
+            h, change = self.control(W_out, W_h, hypothesis_mask, return_details)  # Eq. 9-16
+        else:
+            uses_word = (self.din2_input if self.variant == "din2" else self.static_input) == "word"
+            x = x_h if uses_word else W_h.flatten(2)  # (batch, len_h, d_emb or d)
+            h, change = self.control(W_out, x, hypothesis_mask, return_details)  # Eq. 17-19 / 18
+        return h, norms, change
+
+    def paper_parameter_count(self) -> int:
+        """Trainable parameters (no embeddings) counted as the paper appears to (see SPEC.md).
+
+        The true count minus one of the three gate blocks of every GRU with static gate weights
+        (the encoder, the ablation's control GRU, DIN-2's ``U_h``/``U_x`` under "row_scale"):
+        the paper's figures match a GRU counted as 2 weight blocks + 4d biases.
+        """
+        surplus = 0
+        for module in self.modules():
+            if isinstance(module, nn.GRU):
+                surplus += sum(p.numel() for p in module.parameters() if p.requires_grad) // 3
+            elif isinstance(module, VectorControlGRU) and module.U_h is not None:
+                surplus += (module.U_h.numel() + module.U_x.numel()) // 3
+        return self.parameter_count() - surplus
+
+    def parameter_count(self) -> int:
+        """The true number of trainable parameters, word embeddings excluded."""
+        return count_trainable_parameters(self, exclude=self.embedding)
