@@ -26,6 +26,13 @@ lint: install
 test: lint
 	$(PY) -m pytest -q
 
-# What CI runs after the tests: a 2-job sweep on the demo corpus with a tiny budget.
+# What CI runs after the tests: the user-facing DIN sweep (6 jobs) on the bundled demo corpus
+# with a tiny budget, then the report on that multirun folder, which must hold 6 result rows.
+SMOKE_DIR ?= multirun/smoke
 smoke: install
-	$(PY) src/train.py -m experiment=demo seed=1,2 debug=tiny logger=csv
+	rm -rf $(SMOKE_DIR)
+	$(PY) src/train.py -m model=din1,din2 dim=256,324,400 data=demo debug=tiny logger=csv \
+	    hydra.sweep.dir=$(SMOKE_DIR)
+	$(PY) src/report.py $(SMOKE_DIR) --out $(SMOKE_DIR)
+	$(PY) -c "import csv, sys; rows = [r for r in csv.DictReader(open('$(SMOKE_DIR)/report.csv')) \
+	    if r['completed'] == '1']; print(len(rows), 'result rows'); sys.exit(len(rows) != 6)"

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -55,3 +56,15 @@ FAST = [
     "embeddings=random", "embeddings.dim=16", "logger=csv", "callbacks.rich_progress_bar=null",
     "trainer.accelerator=cpu", "trainer.enable_model_summary=false", "data.batch_size=16",
 ]
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster and does not fight parallel jobs for CPU.
+
+    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -22,13 +22,7 @@ from entailment_lab.models.dcnn import (
 VOCAB = 60
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster and does not fight parallel jobs for CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

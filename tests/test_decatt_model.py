@@ -13,13 +13,7 @@ from entailment_lab.models.decatt import DecomposableAttention
 VOCAB = 60
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster and does not fight parallel jobs for CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def frozen_embedding(dim: int = 300) -> nn.Embedding:

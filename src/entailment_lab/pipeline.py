@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -171,11 +171,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     Returns the metrics (also written to the results file); ``cfg.optimized_metric`` among them.
     """
-    output_dir = Path(cfg.paths.output_dir)
-    results = ResultsFile(output_dir, _run_summary(cfg))
+    return _with_results(_train, cfg, _run_summary(cfg))
+
+
+def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg: DictConfig,
+                  summary: dict[str, Any]) -> dict[str, Any]:
+    """Run ``task`` with a results file that says running, then completed or failed; always
+    close the W&B run, so the next job of a multirun gets its own."""
+    results = ResultsFile(cfg.paths.output_dir, summary)
     results.save()
     try:
-        metrics = _train(cfg, results)
+        metrics = task(cfg, results)
     except BaseException as err:
         results.finish("failed", err)
         raise
@@ -285,17 +291,8 @@ def _log_confusion(loggers: list[Logger], confusion: list[list[int]], labels: li
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate ``cfg.ckpt_path`` on ``cfg.split``; write ``results.json`` in the job folder."""
-    results = ResultsFile(cfg.paths.output_dir, {"task": "eval", "ckpt_path": cfg.ckpt_path,
-                                                 "split": cfg.split})
-    try:
-        metrics = _evaluate(cfg, results)
-    except BaseException as err:
-        results.finish("failed", err)
-        raise
-    finally:
-        finish_wandb()
-    results.finish("completed")
-    return metrics
+    return _with_results(_evaluate, cfg, {"task": "eval", "ckpt_path": cfg.ckpt_path,
+                                          "split": cfg.split})
 
 
 def load_trained(ckpt_path: str | os.PathLike, data_overrides: Mapping[str, Any] | None = None
