@@ -125,3 +125,13 @@ def test_required_values_are_named_before_any_data_is_read(tmp_path):
     cfg = compose_cfg(["dim=abc", *FAST], tmp_path)
     with pytest.raises(ConfigError, match="dim must be a positive integer"):
         train(cfg)
+
+
+def test_bad_din_dim_fails_before_reading_data(tmp_path):
+    if not (REPO / "conf/model/din1.yaml").exists():
+        pytest.skip("no DIN")
+    # data.files.train points nowhere: a data error would come second, the dim error first.
+    cfg = compose_cfg(["model=din1", "dim=300", "data.files.train=/nonexistent.jsonl", *FAST],
+                      tmp_path)
+    with pytest.raises(ConfigError, match=r"dim=300 must be a perfect square"):
+        train(cfg)

@@ -260,11 +260,9 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None)
     best = checkpoint.best_model_path if checkpoint else ""
     results.update(best_checkpoint=best or None)
-    if cfg.get("test") and not trainer.fast_dev_run:
-        trainer.test(module, datamodule=datamodule, ckpt_path=best or None)
-    elif cfg.get("test"):
-        trainer.test(module, datamodule=datamodule)
-    if cfg.get("test"):
+    if cfg.get("test"):  # the best checkpoint (fast_dev_run saves none: the last weights)
+        ckpt_path = None if trainer.fast_dev_run else best or None
+        trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
         metrics.update({k: clean_number(v) for k, v in trainer.callback_metrics.items()
                         if k.startswith("test/")})
         confusion = module.test_confusion.compute().tolist()

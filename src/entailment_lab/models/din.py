@@ -435,6 +435,33 @@ class DIN(nn.Module):
     knob that selects each reading.
     """
 
+    @staticmethod
+    def validate_config(
+        dim: int,
+        variant: str = "din1",
+        din1_weights: str = "shared",
+        din2_weights: str = "diagonal",
+        din2_input: str = "hypothesis_matrix",
+        static_input: str = "word",
+        interaction_init: str = "zeros",
+        fc_activation: str = "tanh",
+        **_: object,
+    ) -> None:
+        """Config checks that need no data; the backbone runs them before reading any."""
+        m = math.isqrt(dim) if isinstance(dim, int) and dim > 0 else 0
+        if m * m != dim or m == 0:
+            raise ConfigError(
+                f"model.dim / dim={dim} must be a perfect square (e.g. 256, 324, 400) because DIN "
+                "reshapes each word's d-dim encoding into √d×√d matrices (Eq. 7)"
+            )
+        _check_choice("variant", variant, VARIANTS)
+        _check_choice("din1_weights", din1_weights, ("shared", "split"))
+        _check_choice("din2_weights", din2_weights, ("diagonal", "row_scale"))
+        _check_choice("din2_input", din2_input, ("hypothesis_matrix", "word"))
+        _check_choice("static_input", static_input, ("word", "hypothesis_matrix"))
+        _check_choice("interaction_init", interaction_init, ("zeros", "hypothesis"))
+        _check_choice("fc_activation", fc_activation, ("tanh", "relu", "none"))
+
     def __init__(
         self,
         embedding: nn.Embedding,
@@ -450,19 +477,9 @@ class DIN(nn.Module):
         fc_activation: str = "tanh",
     ) -> None:
         super().__init__()
-        m = math.isqrt(dim) if isinstance(dim, int) and dim > 0 else 0
-        if m * m != dim or m == 0:
-            raise ConfigError(
-                f"model.dim / dim={dim} must be a perfect square (e.g. 256, 324, 400) because DIN "
-                "reshapes each word's d-dim encoding into √d×√d matrices (Eq. 7)"
-            )
-        _check_choice("variant", variant, VARIANTS)
-        _check_choice("din1_weights", din1_weights, ("shared", "split"))
-        _check_choice("din2_weights", din2_weights, ("diagonal", "row_scale"))
-        _check_choice("din2_input", din2_input, ("hypothesis_matrix", "word"))
-        _check_choice("static_input", static_input, ("word", "hypothesis_matrix"))
-        _check_choice("interaction_init", interaction_init, ("zeros", "hypothesis"))
-        _check_choice("fc_activation", fc_activation, ("tanh", "relu", "none"))
+        self.validate_config(dim, variant, din1_weights, din2_weights, din2_input, static_input,
+                             interaction_init, fc_activation)
+        m = math.isqrt(dim)
         d_emb = embedding.embedding_dim
         if (
             variant == "din2"
