@@ -28,3 +28,11 @@ def test_explain_writes_both_heatmaps(pair_files, tmp_path):
     for name in ("interaction.png", "gates.png"):
         assert (out / name).stat().st_size > 5000
     assert "prediction:" in proc.stdout + proc.stderr
+
+
+def test_heatmaps_of_test_pairs_are_logged_to_wandb(pair_files, tmp_path):
+    cfg = compose_cfg(["model=din1", "dim=16", *FAST, *file_overrides(pair_files),
+                       "trainer.max_epochs=1", "logger=wandb"], tmp_path)
+    train(cfg)
+    images = list(tmp_path.glob("wandb/offline-run-*/files/media/images/test/heatmaps_*.png"))
+    assert len(images) == 6  # 3 pairs x (Fig. 2 interaction, Fig. 3 gates)
