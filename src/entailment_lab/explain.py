@@ -44,8 +44,9 @@ def _title(label: str, probs: Sequence[float], names: Sequence[str]) -> str:
 def plot_matrix(values: torch.Tensor, rows: Sequence[str], cols: Sequence[str], title: str,
                 xlabel: str, ylabel: str, colorbar: str) -> Figure:
     """A labelled heat map, sized to its words so every label stays readable."""
-    height = max(2.5, 0.42 * len(rows) + 1.6)
-    width = max(5.0, 0.5 * len(cols) + 2.6)
+    longest = max(len(line) for line in title.splitlines())
+    height = max(2.5, 0.42 * len(rows) + 0.25 * title.count("\n") + 1.6)
+    width = max(5.0, 0.5 * len(cols) + 2.6, 0.085 * longest)  # the title must fit too
     fig, ax = plt.subplots(figsize=(width, height), dpi=120)
     image = ax.imshow(values.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(cols)), labels=cols, rotation=45, ha="right", fontsize=10)
@@ -152,7 +153,7 @@ class HeatmapLogger(L.Callback):
             hyp = [vocab[j] for j in batch["hypothesis"][i][batch["hypothesis_mask"][i]].tolist()]
             pred = pl_module.label_names[int(probs[i].argmax())]
             gold = pl_module.label_names[int(batch["label"][i])]
-            title = _title(pred, probs[i].tolist(), pl_module.label_names) + f"; gold: {gold}"
+            title = _title(pred, probs[i].tolist(), pl_module.label_names) + f"\ngold: {gold}"
             for name, fig in figures_for(out, premise, hyp, title, index=i).items():
                 images.append(fig)
                 captions.append(f"example {i}: {name}")
