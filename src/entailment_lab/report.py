@@ -33,7 +33,7 @@ from entailment_lab.paper_tables import (
     SENTENCE_ROWS,
     PaperRow,
 )
-from entailment_lab.results import RESULTS_FILE, read_results
+from entailment_lab.results import RESULTS_FILE, read_results, write_text_atomic
 
 COMPLETED, RUNNING, STALE, FAILED, MISSING = (
     "completed", "running", "stale (process gone)", "failed", "no results.json")
@@ -608,7 +608,7 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    path.write_text(buffer.getvalue())
+    write_text_atomic(path, buffer.getvalue())
 
 
 # --- plot ------------------------------------------------------------------------------------
@@ -630,8 +630,10 @@ def plot_tables(tables: Sequence[Table], path: Path) -> None:
     fig.set_layout_engine("none")  # keep the axes where the labels were fitted
     for ax, points in labels:
         _place_labels(ax, points)
-    fig.savefig(path, dpi=130)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    fig.savefig(tmp, dpi=130)
     plt.close(fig)
+    tmp.replace(path)
 
 
 _OURS, _PAPER, _OTHER = "#1f77b4", "#d62728", "#8c8c8c"
@@ -888,7 +890,7 @@ def make_report(paths: Sequence[str | os.PathLike], out: str | os.PathLike | Non
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [out_dir / "report.md", out_dir / "report.csv"]
-    files[0].write_text(markdown)
+    write_text_atomic(files[0], markdown)
     write_csv(files[1], csv_rows(tables))
     if plot and tables:
         files.append(out_dir / "report.png")

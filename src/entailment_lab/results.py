@@ -20,12 +20,18 @@ RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 1
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary file in the same folder, then rename it over ``path``."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename it over ``path``: a reader
+    (or a crash) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    tmp.write_text(text)
     tmp.replace(path)
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """``write_text_atomic`` of indented JSON."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
 
 
 def _jsonable(value: Any) -> Any:
