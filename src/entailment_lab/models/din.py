@@ -96,6 +96,15 @@ from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters, masked_mean
 
 VARIANTS = ("din1", "din2", "static")
+CHOICES = {  # the reading knobs and their allowed values (module docstring), default first
+    "variant": VARIANTS,
+    "din1_weights": ("shared", "split"),
+    "din2_weights": ("diagonal", "row_scale"),
+    "din2_input": ("hypothesis_matrix", "word"),
+    "static_input": ("word", "hypothesis_matrix"),
+    "interaction_init": ("zeros", "hypothesis"),
+    "fc_activation": ("tanh", "relu", "none"),
+}
 
 
 def _uniform_(tensor: torch.Tensor, fan_in: int) -> None:
@@ -436,31 +445,18 @@ class DIN(nn.Module):
     """
 
     @staticmethod
-    def validate_config(
-        dim: int,
-        variant: str = "din1",
-        din1_weights: str = "shared",
-        din2_weights: str = "diagonal",
-        din2_input: str = "hypothesis_matrix",
-        static_input: str = "word",
-        interaction_init: str = "zeros",
-        fc_activation: str = "tanh",
-        **_: object,
-    ) -> None:
-        """Config checks that need no data; the backbone runs them before reading any."""
+    def validate_config(dim: int, **knobs: object) -> None:
+        """Config checks that need no data (``dim`` and the reading knobs); the backbone runs
+        them before reading any data, the constructor again."""
         m = math.isqrt(dim) if isinstance(dim, int) and dim > 0 else 0
         if m * m != dim or m == 0:
             raise ConfigError(
                 f"model.dim / dim={dim} must be a perfect square (e.g. 256, 324, 400) because DIN "
                 "reshapes each word's d-dim encoding into √d×√d matrices (Eq. 7)"
             )
-        _check_choice("variant", variant, VARIANTS)
-        _check_choice("din1_weights", din1_weights, ("shared", "split"))
-        _check_choice("din2_weights", din2_weights, ("diagonal", "row_scale"))
-        _check_choice("din2_input", din2_input, ("hypothesis_matrix", "word"))
-        _check_choice("static_input", static_input, ("word", "hypothesis_matrix"))
-        _check_choice("interaction_init", interaction_init, ("zeros", "hypothesis"))
-        _check_choice("fc_activation", fc_activation, ("tanh", "relu", "none"))
+        for name, value in knobs.items():
+            if name in CHOICES:
+                _check_choice(name, value, CHOICES[name])
 
     def __init__(
         self,
@@ -477,8 +473,11 @@ class DIN(nn.Module):
         fc_activation: str = "tanh",
     ) -> None:
         super().__init__()
-        self.validate_config(dim, variant, din1_weights, din2_weights, din2_input, static_input,
-                             interaction_init, fc_activation)
+        self.validate_config(
+            dim, variant=variant, din1_weights=din1_weights, din2_weights=din2_weights,
+            din2_input=din2_input, static_input=static_input,
+            interaction_init=interaction_init, fc_activation=fc_activation,
+        )
         m = math.isqrt(dim)
         d_emb = embedding.embedding_dim
         if (
