@@ -135,3 +135,13 @@ def test_bad_din_dim_fails_before_reading_data(tmp_path):
                       tmp_path)
     with pytest.raises(ConfigError, match=r"dim=300 must be a perfect square"):
         train(cfg)
+
+
+def test_resume_keeps_the_wandb_run(pair_files, tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    base = [*LSTM, *FAST, *file_overrides(pair_files), "logger=wandb", "test=false"]
+    train(compose_cfg([*base, "trainer.max_epochs=1"], first))
+    run_id = json.loads((first / "results.json").read_text())["wandb_run_id"]
+    train(compose_cfg([*base, "trainer.max_epochs=2",
+                       f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}"], second))
+    assert json.loads((second / "results.json").read_text())["wandb_run_id"] == run_id
