@@ -106,7 +106,8 @@ def explain_pair(module: L.LightningModule, vocab: Vocabulary, premise: str, hyp
             "figures": figures_for(out, p_tokens, h_tokens, title)}
 
 
-def save_figures(figures: Mapping[str, Figure], folder: str | Path, prefix: str = "") -> list[Path]:
+def save_figures(figures: Mapping[str, Figure], folder: str | Path, prefix: str = "",
+                 dpi: float | None = None) -> list[Path]:
     """Write each figure as ``<prefix><name>.png`` (atomically) and close it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -114,7 +115,7 @@ def save_figures(figures: Mapping[str, Figure], folder: str | Path, prefix: str 
     for name, fig in figures.items():
         path = folder / f"{prefix}{name}.png"
         tmp = path.with_name(f".{path.name}.tmp.png")
-        fig.savefig(tmp)
+        fig.savefig(tmp, dpi=dpi or "figure")
         tmp.replace(path)
         plt.close(fig)
         paths.append(path)

@@ -623,6 +623,8 @@ def plot_tables(tables: Sequence[Table], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from entailment_lab.explain import save_figures
+
     fig, axes = plt.subplots(len(tables), 1, figsize=(9, 5.4 * len(tables)), squeeze=False,
                              layout="constrained")
     labels = [(ax, _plot_table(ax, table)) for ax, table in zip(axes[:, 0], tables, strict=True)]
@@ -630,10 +632,7 @@ def plot_tables(tables: Sequence[Table], path: Path) -> None:
     fig.set_layout_engine("none")  # keep the axes where the labels were fitted
     for ax, points in labels:
         _place_labels(ax, points)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=130)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figures({path.stem: fig}, path.parent, dpi=130)
 
 
 _OURS, _PAPER, _OTHER = "#1f77b4", "#d62728", "#8c8c8c"

@@ -261,13 +261,6 @@ class TextDataModule(L.LightningDataModule):
                            self.max_length) for k in self.keys]
         return np.stack(cols, axis=1)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"vocab": self.vocab.itos if self.vocab else None}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("vocab"):
-            self.vocab = Vocabulary(state["vocab"])
-
     # --- loaders -------------------------------------------------------------------------
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.splits:

@@ -123,7 +123,6 @@ class DemoDataModule(TextDataModule):
     def __init__(self, directory: str, **kwargs: object) -> None:
         self.directory = directory
         kwargs.pop("hub_name", None)  # the demo data is always the generated local files
-        kwargs.pop("files", None)
         kwargs["files"] = {s: f"{directory}/{s}.jsonl" for s in SIZES}
         super().__init__(**kwargs)
 
