@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from tests.conftest import REPO, compose_cfg
 
 GROUPS = ["model", "data", "embeddings", "optimizer", "scheduler", "trainer", "logger",
-          "callbacks", "debug"]
+          "callbacks", "debug", "recipe"]
 
 
 def options(group: str) -> list[str]:
@@ -48,5 +48,49 @@ def test_table2_rows_pin_the_paper_settings(tmp_path):
     assert cfg.scheduler.scheduler.gamma == 0.95 and cfg.scheduler.scheduler.step_size == 1000
     decatt = compose_cfg(["experiment=table2/row08"], tmp_path)
     assert decatt.optimizer._target_ == "torch.optim.Adagrad" and decatt.optimizer.lr == 0.05
+    assert decatt.data.batch_size == 4 and decatt.embeddings.normalize
     # The user-facing sweep still composes with a row's settings overridden on the line.
     assert compose_cfg(["experiment=table2/row17", "dim=256"], tmp_path).dim == 256
+
+
+# model -> (optimiser, lr, Adagrad accumulator, gradient clipping, batch, unit-norm vectors,
+#           max epochs, early-stopping patience): each model's paper recipe (conf/recipe/).
+RECIPES = {
+    "din1": ("Adam", 1e-3, None, None, 128, False, 30, 3),
+    "din2": ("Adam", 1e-3, None, None, 128, False, 30, 3),
+    "din1_static": ("Adam", 1e-3, None, None, 128, False, 30, 3),
+    "lstm": ("Adam", 1e-3, None, None, 128, False, 30, 3),
+    "decatt": ("Adagrad", 0.05, 0.1, None, 4, True, 30, 5),
+    "decatt_intra": ("Adagrad", 0.025, 0.1, None, 4, True, 30, 5),
+    "diin": ("Adadelta", 0.5, None, 1.0, 70, False, 30, 3),
+    "dcnn": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
+    "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
+    "lexical": ("Adam", 1e-3, None, None, 128, False, 30, 3),
+}
+
+
+def test_every_model_has_a_recipe_test():
+    assert set(RECIPES) == set(options("model"))
+
+
+@pytest.mark.parametrize("model", sorted(RECIPES))
+def test_model_alone_selects_its_papers_recipe(model, tmp_path):
+    optimiser, lr, accumulator, clip, batch, normalize, epochs, patience = RECIPES[model]
+    cfg = compose_cfg([f"model={model}"], tmp_path)
+    assert cfg.optimizer._target_ == f"torch.optim.{optimiser}" and cfg.optimizer.lr == lr
+    assert cfg.optimizer.get("initial_accumulator_value") == accumulator
+    assert cfg.trainer.gradient_clip_val == clip and cfg.data.batch_size == batch
+    assert cfg.embeddings.normalize is normalize and cfg.trainer.max_epochs == epochs
+    assert cfg.callbacks.early_stopping.patience == patience
+    # A protocol changes the data, not the recipe.
+    protocol = compose_cfg([f"model={model}", "experiment=protocols/snli_dev2test",
+                            "data_root=/data"], tmp_path)
+    assert protocol.optimizer == cfg.optimizer and protocol.data.batch_size == batch
+
+
+def test_swapping_the_optimiser_keeps_no_stale_values(tmp_path):
+    cfg = compose_cfg(["model=decatt_intra", "optimizer=adam"], tmp_path)
+    assert cfg.optimizer._target_ == "torch.optim.Adam" and cfg.optimizer.lr == 1e-3
+    assert "initial_accumulator_value" not in cfg.optimizer
+    other = compose_cfg(["model=decatt", "recipe=din"], tmp_path)
+    assert other.optimizer._target_ == "torch.optim.Adam" and other.data.batch_size == 128

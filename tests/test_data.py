@@ -57,6 +57,41 @@ def test_val_from_train_carves_a_seeded_split(pair_files):
         make_dm(files, val_from_train=600).setup()
 
 
+def test_val_carve_by_premise_shares_no_premise_with_train(tmp_path):
+    # SNLI-like: three hypotheses per premise; a pair-wise carve would split the groups.
+    rows = [{"premise": f"premise number {i} .", "hypothesis": f"hyp {i} {k} .", "label": k}
+            for i in range(40) for k in range(3)]
+    files = {"train": str(write_jsonl(rows, tmp_path / "train.jsonl")),
+             "test": str(write_jsonl(rows[:6], tmp_path / "test.jsonl"))}
+    dm = make_dm(files, val_from_train=20, val_group_by="premise", split_seed=5, seed=99)
+    dm.setup()
+    premises = {s: {tuple(p) for p in dm.splits[s]["premise_ids"]} for s in ("train", "validation")}
+    assert not premises["train"] & premises["validation"]
+    assert len(dm.splits["validation"]) == 21  # whole groups of 3 until >= 20 rows
+    assert len(dm.splits["train"]) == 120 - 21
+    # split_seed, not the run seed, fixes the carve: every run seed sees the same split.
+    other = make_dm(files, val_from_train=20, val_group_by="premise", split_seed=5, seed=1)
+    other.setup()
+    assert other.splits["validation"]["premise_ids"] == dm.splits["validation"]["premise_ids"]
+    with pytest.raises(ConfigError, match="val_group_by"):
+        make_dm(files, val_from_train=20, val_group_by="sentence1").setup()
+
+
+def test_train_size_takes_nested_subsets(pair_files):
+    sizes = {}
+    for n in (10, 20):
+        dm = make_dm(pair_files, train_size=n, split_seed=2)
+        dm.setup()
+        words = dm.vocab.itos  # ids differ between the two runs (vocabulary per run)
+        sizes[n] = {" ".join(words[i] for i in p + [0] + h)
+                    for p, h in zip(dm.splits["train"]["premise_ids"],
+                                    dm.splits["train"]["hypothesis_ids"], strict=True)}
+        assert len(dm.splits["train"]) == n and len(dm.splits["test"]) == 30
+    assert sizes[10] <= sizes[20]  # learning-curve sizes are subsets of the larger ones
+    with pytest.raises(ConfigError, match="train_size"):
+        make_dm(pair_files, train_size=61).setup()
+
+
 def test_drops_unlabelled_pairs(tmp_path):
     rows = [{"premise": "a b", "hypothesis": "c", "label": lab} for lab in (0, -1, 2, -1)]
     dm = make_dm({"train": str(write_jsonl(rows, tmp_path / "x.jsonl.gz"))}, vocab_splits=["train"])

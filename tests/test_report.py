@@ -43,7 +43,7 @@ def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1
         results["params"]["paper_convention"] = paper
     if status == "completed":
         results["metrics"] = {"val/acc_best": test, "train/acc_at_best": train, "test/acc": test,
-                              "epochs": 3}
+                              "train/acc_eval": train + 0.02, "epochs": 3}
     if error:
         results["error"] = error
     (folder / "results.json").write_text(json.dumps(results))
@@ -108,6 +108,7 @@ def test_sweep_report_aggregates_seeds_and_shows_every_row(sweep):
     assert row17["test_n"] == "3" and row17["seeds"] == "1 2 3"
     assert float(row17["delta_test"]) == pytest.approx(0.0, abs=1e-9)
     assert float(row17["train_mean"]) == pytest.approx(90.0)
+    assert float(row17["train_eval_mean"]) == pytest.approx(92.0)  # eval mode, best ckpt
     assert row17["params_trainable"] == "1289203"
     assert row17["params_paper_convention"] == "1008403"
     row1 = snli["1"]
@@ -121,7 +122,7 @@ def test_sweep_report_aggregates_seeds_and_shows_every_row(sweep):
 
     md = report.markdown
     assert "| 17 | 20×20D DIN-1 (din1 d=400) | 1.0M | 1,289,203 | 1,008,403 | 90.5 | 88.0 | " \
-           "90.00 ± 1.00 (3) | 88.00 ± 1.00 (3) | +0.00 | 3 done |" in md
+           "90.00 ± 1.00 (3) | 92.00 ± 1.00 (3) | 88.00 ± 1.00 (3) | +0.00 | 3 done |" in md
     assert "| 1 | 128D LSTM encoder (lstm d=128) | 1.4M | 620,547 | – |" in md
     unfinished = md.split("## Jobs that did not complete")[1]
     assert "RuntimeError: CUDA out of memory |" in unfinished and "Traceback" not in unfinished

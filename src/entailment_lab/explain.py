@@ -134,7 +134,8 @@ class HeatmapLogger(L.Callback):
 
     def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
                             batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        if batch_idx == 0 and "premise" in batch:
+        testing = getattr(pl_module, "eval_split", "test") == "test"  # not train/acc_eval
+        if batch_idx == 0 and "premise" in batch and testing:
             self.batch = {k: v[: self.num_examples] for k, v in batch.items()}
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -71,7 +71,10 @@ class ClassifierModule(L.LightningModule):
         self.val_acc_best = MaxMetric()
         self.val_acc_best.persistent(True)  # survives resuming from last.ckpt
         self.test_confusion = MulticlassConfusionMatrix(num_classes=num_classes)
-        self.train_acc_at_best: float | None = None  # the paper's "Train" column, see README
+        self.train_acc_at_best: float | None = None  # dropout-on running mean, see README
+        # What the test loop is evaluating: "test", or "train" for the eval-mode training
+        # accuracy of the best checkpoint (logged as train/acc_eval, see ``eval_names``).
+        self.eval_split = "test"
 
     # --- forward -------------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
@@ -122,13 +125,22 @@ class ClassifierModule(L.LightningModule):
         best = self.val_acc_best.compute() if self.val_acc_best.update_count else acc
         self.log("val/acc_best", best, sync_dist=True, prog_bar=True)
 
+    @property
+    def eval_names(self) -> tuple[str, str]:
+        """Metric names of the test loop: ``test/loss``, ``test/acc``, or for the training split
+        in eval mode (no dropout, best weights) ``train/loss_eval``, ``train/acc_eval``."""
+        if self.eval_split == "test":
+            return "test/loss", "test/acc"
+        return f"{self.eval_split}/loss_eval", f"{self.eval_split}/acc_eval"
+
     def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
         self.test_loss(loss)
         self.test_acc(logits, batch["label"])
         self.test_confusion(logits, batch["label"])
-        self.log("test/loss", self.test_loss, on_step=False, on_epoch=True)
-        self.log("test/acc", self.test_acc, on_step=False, on_epoch=True)
+        loss_name, acc_name = self.eval_names
+        self.log(loss_name, self.test_loss, on_step=False, on_epoch=True)
+        self.log(acc_name, self.test_acc, on_step=False, on_epoch=True)
 
     def on_test_epoch_start(self) -> None:
         self.test_confusion.reset()

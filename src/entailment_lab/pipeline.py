@@ -25,7 +25,7 @@ from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.errors import ConfigError, UserError
 from entailment_lab.module import CHECKPOINT_KEY, ClassifierModule
-from entailment_lab.results import ResultsFile, clean_number
+from entailment_lab.results import EpochHistory, ResultsFile, clean_number
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,8 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     results.save()
 
     loggers = build_loggers(cfg, resume_id)
-    callbacks = build_callbacks(cfg, has_logger=bool(loggers))
+    history = EpochHistory()
+    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), history]
     trainer: L.Trainer = _instantiate(cfg.trainer, "trainer", callbacks=callbacks,
                                       logger=loggers or False)
     for lg in loggers:
@@ -256,10 +257,20 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
                if k.startswith(("train/", "val/"))}
     metrics["train/acc_at_best"] = clean_number(module.train_acc_at_best)
     metrics["epochs"] = trainer.current_epoch
+    results.update(history=history.rows)
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None)
     best = checkpoint.best_model_path if checkpoint else ""
     results.update(best_checkpoint=best or None)
+    if cfg.get("eval_train") and best:
+        # Training accuracy of the best checkpoint in eval mode (no dropout): what a model
+        # fits, unlike the dropout-on running mean train/acc_at_best.
+        module.eval_split = "train"
+        trainer.test(module, dataloaders=datamodule.dataloader("train"), ckpt_path=best,
+                     verbose=False)
+        module.eval_split = "test"
+        metrics.update({k: clean_number(v) for k, v in trainer.callback_metrics.items()
+                        if k.startswith("train/") and k.endswith("_eval")})
     if cfg.get("test"):  # the best checkpoint (fast_dev_run saves none: the last weights)
         ckpt_path = None if trainer.fast_dev_run else best or None
         trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)

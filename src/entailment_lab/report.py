@@ -58,7 +58,8 @@ class Job:
     overrides: list[str] = field(default_factory=list)
     params: int | None = None  # trainable, without word embeddings
     params_paper: int | None = None  # the paper's counting convention, where defined
-    train: float | None = None  # % train accuracy in the best-validation epoch
+    train: float | None = None  # % train accuracy in the best-validation epoch (dropout on)
+    train_eval: float | None = None  # % train accuracy of the best checkpoint, eval mode
     val: float | None = None  # % best validation accuracy
     test: float | None = None  # % test accuracy of the best-validation checkpoint
     error: str | None = None
@@ -144,6 +145,7 @@ def load_job(folder: Path) -> Job:
         overrides=list(data.get("overrides") or []), params=params.get("trainable"),
         params_paper=params.get("paper_convention"),
         train=_percent(metrics.get("train/acc_at_best")), val=_percent(metrics.get("val/acc_best")),
+        train_eval=_percent(metrics.get("train/acc_eval")),
         test=_percent(metrics.get("test/acc")), error=_first_line(data.get("error")),
         wandb_id=data.get("wandb_run_id"),
     )
@@ -310,6 +312,10 @@ class RowResult:
     @property
     def train(self) -> Stat:
         return Stat([j.train for j in self.completed if j.train is not None])
+
+    @property
+    def train_eval(self) -> Stat:
+        return Stat([j.train_eval for j in self.completed if j.train_eval is not None])
 
     @property
     def val(self) -> Stat:
@@ -481,7 +487,8 @@ def _table_markdown(table: Table) -> str:
     cells = []
     for rr in table.rows:
         paper = rr.paper if rr.comparable else None
-        ours = [str(rr.train), str(rr.test)] if rr.completed else ["", ""]
+        ours = ([str(rr.train), str(rr.train_eval), str(rr.test)] if rr.completed
+                else ["", "", ""])
         delta = "" if not rr.completed else "–" if rr.delta is None else f"{rr.delta:+.2f}"
         if table.layout == "pair":
             cells.append([rr.label, rr.description, (rr.paper.para if rr.paper else None) or "–",
@@ -493,11 +500,11 @@ def _table_markdown(table: Table) -> str:
                           _fmt(paper.test if paper else None), *ours, delta, rr.status])
     if table.layout == "pair":
         header = ["#", "model", "Para (paper)", "params (ours)", "params (paper conv.)",
-                  "train % (paper)", "test % (paper)", "train % (ours)", "test % (ours)",
-                  "Δ test", "runs"]
+                  "train % (paper)", "test % (paper)", "train % (ours)", "train % eval (ours)",
+                  "test % (ours)", "Δ test", "runs"]
     else:
         header = ["#", "model", "params (ours)", "test % (paper)", "train % (ours)",
-                  "test % (ours)", "Δ test", "runs"]
+                  "train % eval (ours)", "test % (ours)", "Δ test", "runs"]
     return _md_table(header, cells)
 
 
@@ -531,8 +538,10 @@ def render_markdown(tables: Sequence[Table], jobs: Sequence[Job], sources: Seque
     summary = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items(), key=lambda kv: -kv[1]))
     out = ["# Results report", "",
            f"{len(jobs)} jobs from {', '.join(f'`{s}`' for s in sources)}: {summary}.", "",
-           "Ours: accuracy of the checkpoint with the best validation accuracy (train = training "
-           "accuracy in that epoch), mean ± sample std (n = completed runs); Δ test = ours − "
+           "Ours: accuracy of the checkpoint with the best validation accuracy (train = running "
+           "training accuracy of that epoch, dropout on; train eval = that checkpoint on the "
+           "training split in eval mode, what the model fits), mean ± sample std (n = "
+           "completed runs); Δ test = ours − "
            "paper, in points. Params: trainable, without word embeddings; *paper conv.*: the "
            "same count under the convention that reproduces the paper's Para (DIN: GRUs counted "
            "with two weight blocks). Running jobs are counted in *runs*, not in the means.", ""]
@@ -566,7 +575,8 @@ def render_markdown(tables: Sequence[Table], jobs: Sequence[Job], sources: Seque
 CSV_COLUMNS = (
     "data", "layout", "row", "paper_table", "paper_row", "description", "model", "dim",
     "paper_para", "paper_para_count", "params_trainable", "params_paper_convention",
-    "paper_train", "paper_test", "train_mean", "train_std", "train_n", "val_mean", "test_mean",
+    "paper_train", "paper_test", "train_mean", "train_std", "train_n", "train_eval_mean",
+    "train_eval_std", "val_mean", "test_mean",
     "test_std", "test_n", "delta_test", "status", "completed", "running", "stale", "failed",
     "no_results", "seeds", "folders",
 )
@@ -590,7 +600,8 @@ def csv_rows(tables: Sequence[Table]) -> list[dict[str, Any]]:
                 "paper_train": (p.train if rr.comparable else "") or "",
                 "paper_test": p.test if rr.comparable else "",
                 "train_mean": _num(rr.train.mean), "train_std": _num(rr.train.std),
-                "train_n": rr.train.n, "val_mean": _num(rr.val.mean),
+                "train_n": rr.train.n, "train_eval_mean": _num(rr.train_eval.mean),
+                "train_eval_std": _num(rr.train_eval.std), "val_mean": _num(rr.val.mean),
                 "test_mean": _num(rr.test.mean), "test_std": _num(rr.test.std),
                 "test_n": rr.test.n, "delta_test": _num(rr.delta), "status": rr.status,
                 **rr.counts(), "seeds": " ".join(map(str, rr.seeds)),
@@ -824,6 +835,7 @@ def jobs_from_wandb_runs(runs: Iterable[Any], project: str) -> list[Job]:
             params_paper=summary.get("params/paper_convention")
             or config.get("params/paper_convention"),
             train=_percent(summary.get("train/acc_at_best")),
+            train_eval=_percent(summary.get("train/acc_eval")),
             val=_percent(summary.get("val/acc_best")), test=_percent(summary.get("test/acc")),
             error=f"W&B state: {state}" if status == FAILED else None, wandb_id=run.id,
         )

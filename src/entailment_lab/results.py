@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 
 RESULTS_FILE = "results.json"
@@ -79,6 +80,30 @@ class ResultsFile:
         if error is not None:
             self.data["error"] = f"{type(error).__name__}: {error}"
         self.save()
+
+
+class EpochHistory(L.Callback):
+    """Per-epoch training and validation metrics (``train/acc``, ``train/loss_epoch``,
+    ``val/acc``, ``val/loss``), kept for ``results.json`` so the validation curve of every run
+    can be plotted from its results alone (``src/curves.py``), whatever the logger."""
+
+    KEYS = ("train/acc", "train/loss_epoch", "val/acc", "val/loss")
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float | int | None]] = []
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Validation runs inside the training epoch, so its metrics are already here.
+        metrics = trainer.callback_metrics
+        row: dict[str, float | int | None] = {"epoch": trainer.current_epoch}
+        row.update({k: clean_number(metrics[k]) for k in self.KEYS if k in metrics})
+        self.rows.append(row)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows}  # resuming from last.ckpt keeps the earlier epochs
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.rows = list(state_dict.get("rows", []))
 
 
 def read_results(path: str | Path) -> dict[str, Any]:

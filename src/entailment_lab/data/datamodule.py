@@ -10,6 +10,7 @@ similar length.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -79,7 +80,17 @@ class TextDataModule(L.LightningDataModule):
         files: split -> local ``.jsonl`` / ``.jsonl.gz`` / ``.parquet`` in the hub's schema.
             If any is set, only local files are read.
         val_from_train: carve this many (int) or this fraction (float < 1) of train pairs
-            into the validation split, seeded by ``seed``.
+            into the validation split, seeded by ``split_seed`` (default: ``seed``).
+        split_seed: the seed of that carve; protocols fix it so that every run seed trains
+            and validates on the same pairs and the seeds measure the model's variance only.
+        val_group_by: with ``val_from_train``, carve whole groups of rows sharing this column's
+            value (e.g. ``premise``: SNLI writes three hypotheses per premise, one per label, so
+            a pair-wise carve puts 99% of validation premises in train with their other labels,
+            and validation then rewards memorising premises); the carve takes groups until it
+            has at least ``val_from_train`` rows.
+        train_size: train on this many pairs only (after the carve): the first N of a shuffle
+            seeded by ``split_seed``, so smaller sizes are subsets of larger ones (learning
+            curves).
         vocab_splits: splits whose tokens make the vocabulary (SNLI papers use all three).
         max_length: longer sentences are truncated (reported once at setup).
     """
@@ -105,6 +116,9 @@ class TextDataModule(L.LightningDataModule):
         num_proc: int | None = None,
         cache_dir: str | None = None,
         seed: int = 0,
+        split_seed: int | None = None,
+        val_group_by: str | None = None,
+        train_size: int | None = None,
         name: str | None = None,
     ) -> None:
         super().__init__()
@@ -141,6 +155,9 @@ class TextDataModule(L.LightningDataModule):
         self.num_proc = num_proc
         self.cache_dir = cache_dir
         self.seed = seed
+        self.split_seed = seed if split_seed is None else split_seed
+        self.train_size = train_size
+        self.val_group_by = val_group_by
         self.name = name or hub_name or "local"
         self.vocab: Vocabulary | None = None
         self.splits: dict[str, datasets.Dataset] = {}
@@ -190,10 +207,37 @@ class TextDataModule(L.LightningDataModule):
             )
         if "validation" in raw:
             log.warning("data.val_from_train is set: the given validation split is replaced")
-        parts = raw["train"].train_test_split(
-            test_size=int(n) if n >= 1 else n, seed=self.seed, shuffle=True
-        )
-        raw["train"], raw["validation"] = parts["train"], parts["test"]
+        if self.val_group_by is None:
+            parts = raw["train"].train_test_split(
+                test_size=int(n) if n >= 1 else n, seed=self.split_seed, shuffle=True
+            )
+            raw["train"], raw["validation"] = parts["train"], parts["test"]
+            return
+        train = raw["train"]
+        if self.val_group_by not in train.column_names:
+            raise ConfigError(f"data.val_group_by={self.val_group_by!r}: no such field (the data "
+                              f"has {sorted(train.column_names)})")
+        wanted = int(n) if n >= 1 else math.ceil(n * len(train))
+        groups = np.unique(np.asarray(train.data.column(self.val_group_by).to_pylist(),
+                                      dtype=object), return_inverse=True)[1]
+        order = np.random.default_rng(self.split_seed).permutation(groups.max() + 1)
+        sizes = np.bincount(groups)[order]
+        taken = order[: int(np.searchsorted(np.cumsum(sizes), wanted)) + 1]
+        is_val = np.isin(groups, taken)
+        raw["validation"] = train.select(np.flatnonzero(is_val))
+        raw["train"] = train.select(np.flatnonzero(~is_val))
+        log.info("validation: %d rows of %d %s groups carved from train (no %s in both)",
+                 int(is_val.sum()), len(taken), self.val_group_by, self.val_group_by)
+
+    def _subsample_train(self, raw: dict[str, datasets.Dataset]) -> None:
+        if self.train_size is None:
+            return
+        n, available = self.train_size, len(raw.get("train", ()))
+        if not (isinstance(n, int) and 0 < n <= available):
+            raise ConfigError(f"data.train_size={n!r}: give a whole number of pairs from 1 to "
+                              f"the training split's size ({available})")
+        raw["train"] = raw["train"].shuffle(seed=self.split_seed).select(range(n))
+        log.info("train: using %d of %d pairs (data.train_size)", n, available)
 
     # --- Lightning hooks -----------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -202,6 +246,7 @@ class TextDataModule(L.LightningDataModule):
             return
         raw = self._read()
         self._carve_validation(raw)
+        self._subsample_train(raw)
         tokenized = {
             split: ds.map(
                 tokenize_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),

@@ -9,10 +9,12 @@ Choices where the paper (and seeds 002/003) leave room, also in ``docs/models/de
 
 * NULL token. Each sentence is prefixed with a NULL vector so a word can align with "nothing".
   As in harvardnlp/decomp-attn (``<s>`` prefixed, a word without a GloVe vector, kept fixed
-  with the frozen word vectors), it lives in word-vector space and is fixed:
-  a persistent buffer drawn from N(0, init_std²), so it is saved in checkpoints but is not a
-  trainable parameter and is not counted. ``null_trainable=True`` makes it an ``nn.Parameter``
-  (+d_emb parameters; ``paper_parameter_count`` still leaves it out, as a word vector).
+  with the frozen word vectors), it lives in word-vector space and is fixed: a persistent
+  buffer, saved in checkpoints but not a trainable parameter and not counted. ``null_init``:
+  ``unit`` (default) = a random direction of unit length, as harvardnlp's ``<s>`` (N(0, 1)
+  then normalised like every word vector); ``normal`` = N(0, init_std²) per entry.
+  ``null_trainable=True`` makes it an ``nn.Parameter`` (+d_emb parameters;
+  ``paper_parameter_count`` still leaves it out, as a word vector).
 * Sharing. One projection and one F, G (and F_intra) serve both sentences (harvardnlp
   ``share_params=1``); only shared weights give the paper's 382k / 582k.
 * Feed-forward nets F, G, H (and F_intra): two ReLU layers of width ``hidden_size``, dropout
@@ -116,6 +118,7 @@ class DecomposableAttention(nn.Module):
         max_distance: int = 10,
         init_std: float = 0.01,
         null_trainable: bool = False,
+        null_init: str = "unit",
     ) -> None:
         super().__init__()
         if num_classes < 2:
@@ -128,14 +131,18 @@ class DecomposableAttention(nn.Module):
             raise ConfigError(f"model.net.max_distance must be >= 0, got {max_distance}.")
         if init_std <= 0.0:
             raise ConfigError(f"model.net.init_std must be > 0, got {init_std}.")
+        if null_init not in ("unit", "normal"):
+            raise ConfigError(f"model.net.null_init must be 'unit' or 'normal', got {null_init!r}.")
 
         self.embedding = embedding
         self.intra_attention = intra_attention
         input_size = embedding.embedding_dim
         h = hidden_size
 
-        # NULL word vector, prefixed to every sentence (see module docstring).
-        null = torch.randn(input_size) * init_std
+        # NULL word vector, prefixed to every sentence (see module docstring): a random direction
+        # of unit length like harvardnlp's normalised <s> vector, or N(0, init_std²) per entry.
+        null = torch.randn(input_size)
+        null = null / null.norm() if null_init == "unit" else null * init_std
         if null_trainable:
             self.null_vector = nn.Parameter(null)
         else:
