@@ -42,7 +42,7 @@ Choices, also in ``docs/models/lexical.md``:
   depend on how much padding its batch has. Masks may have padding anywhere; real tokens are
   first moved to the front in order (a no-op for the DataModule's right-padded batches).
 * The word embedding passed in by the backbone is not used (and not stored: it is neither in
-  the checkpoint nor in the optimiser). L2 regularisation is the optimiser's ``weight_decay``.
+  the checkpoint nor in the optimiser). L2 is ``regularization_loss`` (``l2``), see below.
 
 Parameters (trainable; with 3 classes, defaults)::
 
