@@ -68,3 +68,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def pad_with_noise(sentences: list[torch.Tensor], vocab_size: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id sequences; padded slots get random real ids so only the mask can hide them
+    (the padding-invariance tests of every model)."""
+    length = max(len(s) for s in sentences)
+    ids = torch.randint(1, vocab_size, (len(sentences), length))
+    mask = torch.zeros(len(sentences), length, dtype=torch.bool)
+    for row, sentence in enumerate(sentences):
+        ids[row, : len(sentence)] = sentence
+        mask[row, : len(sentence)] = True
+    return ids, mask

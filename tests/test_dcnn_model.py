@@ -18,6 +18,7 @@ from entailment_lab.models.dcnn import (
     k_max_pooling,
     wide_convolution_mask,
 )
+from tests.conftest import pad_with_noise
 
 VOCAB = 60
 
@@ -26,14 +27,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id sequences; padded slots get random real ids so only the mask can hide them."""
-    length = max(len(s) for s in sentences)
-    ids = torch.randint(1, VOCAB, (len(sentences), length))
-    mask = torch.zeros(len(sentences), length, dtype=torch.bool)
-    for row, sentence in enumerate(sentences):
-        ids[row, : len(sentence)] = sentence
-        mask[row, : len(sentence)] = True
-    return ids, mask
+    return pad_with_noise(sentences, VOCAB)
 
 
 def random_sentences(lengths: list[int]) -> list[torch.Tensor]:

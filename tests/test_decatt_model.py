@@ -9,6 +9,7 @@ from torch import nn
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.decatt import DecomposableAttention
+from tests.conftest import pad_with_noise
 
 VOCAB = 60
 
@@ -24,14 +25,7 @@ def frozen_embedding(dim: int = 300) -> nn.Embedding:
 
 
 def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id sequences; padded slots get random real ids so only the mask can hide them."""
-    length = max(len(s) for s in sentences)
-    ids = torch.randint(1, VOCAB, (len(sentences), length))
-    mask = torch.zeros(len(sentences), length, dtype=torch.bool)
-    for row, sentence in enumerate(sentences):
-        ids[row, : len(sentence)] = sentence
-        mask[row, : len(sentence)] = True
-    return ids, mask
+    return pad_with_noise(sentences, VOCAB)
 
 
 @pytest.mark.parametrize(("intra", "expected"), [(False, 381_803), (True, 582_214)])

@@ -24,6 +24,7 @@ from entailment_lab.models.lexical import (
     dense_features,
     hash_ids,
 )
+from tests.conftest import pad_with_noise
 
 VOCAB = 40
 CONFIG = Path(__file__).resolve().parents[1] / "conf" / "model" / "lexical.yaml"
@@ -36,14 +37,7 @@ def embedding() -> nn.Embedding:
 
 
 def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id sequences; padded slots get random real ids so only the mask can hide them."""
-    length = max(len(s) for s in sentences)
-    ids = torch.randint(1, VOCAB, (len(sentences), length))
-    mask = torch.zeros(len(sentences), length, dtype=torch.bool)
-    for row, sentence in enumerate(sentences):
-        ids[row, : len(sentence)] = sentence
-        mask[row, : len(sentence)] = True
-    return ids, mask
+    return pad_with_noise(sentences, VOCAB)
 
 
 def encode(vocab: Vocabulary, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
