@@ -18,7 +18,7 @@ from entailment_lab.models.dcnn import (
     k_max_pooling,
     wide_convolution_mask,
 )
-from tests.conftest import pad_with_noise
+from tests.conftest import fits_exactly, pad_with_noise
 
 VOCAB = 60
 
@@ -186,15 +186,7 @@ def test_sentence_classifier_overfits_24_random_sentences():
     model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=3, dropout=0.0)
     ids, mask = pad_batch(random_sentences(torch.randint(2, 12, (24,)).tolist()))
     labels = torch.arange(24) % 3
-    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(300):  # no dropout: the training forward also measures accuracy
-        logits = model(ids, mask)["logits"]
-        if (logits.argmax(1) == labels).all():
-            break
-        optimiser.zero_grad()
-        nn.functional.cross_entropy(logits, labels).backward()
-        optimiser.step()
-    assert (logits.argmax(1) == labels).all()
+    assert fits_exactly(model, (ids, mask,), labels, lr=1e-2)
 
 
 def test_pair_classifier_overfits_24_random_pairs():
@@ -203,15 +195,7 @@ def test_pair_classifier_overfits_24_random_pairs():
     premises = pad_batch(random_sentences(torch.randint(3, 10, (24,)).tolist()))
     hypotheses = pad_batch(random_sentences(torch.randint(2, 8, (24,)).tolist()))
     labels = torch.arange(24) % 3
-    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(300):
-        logits = model(*premises, *hypotheses)["logits"]
-        if (logits.argmax(1) == labels).all():
-            break
-        optimiser.zero_grad()
-        nn.functional.cross_entropy(logits, labels).backward()
-        optimiser.step()
-    assert (logits.argmax(1) == labels).all()
+    assert fits_exactly(model, (*premises, *hypotheses,), labels, lr=1e-2)
 
 
 @pytest.mark.parametrize(
