@@ -35,6 +35,23 @@ def test_overfit_fixture_reaches_full_training_accuracy(pair_files, tmp_path):
     assert metrics["train/acc"] == 1.0
 
 
+def test_results_hold_eval_mode_train_accuracy_and_the_validation_curve(pair_files, tmp_path):
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=4",
+                       "trainer.check_val_every_n_epoch=2", "callbacks.early_stopping=null"],
+                      tmp_path)
+    metrics = train(cfg)
+    results = json.loads((tmp_path / "results.json").read_text())
+    # The best checkpoint on the training split in eval mode, beside the dropout-on mean.
+    assert 0.0 <= metrics["train/acc_eval"] <= 1.0 and "train/acc_at_best" in metrics
+    assert results["metrics"]["train/acc_eval"] == metrics["train/acc_eval"]
+    assert "test/acc" in metrics  # the train pass did not replace the test metrics
+    history = results["history"]
+    assert [row["epoch"] for row in history] == [0, 1, 2, 3]
+    assert all("train/acc" in row for row in history)
+    # Validation ran after epochs 1 and 3 only: no stale val/acc in the other rows.
+    assert ["val/acc" in row for row in history] == [False, True, False, True]
+
+
 @pytest.fixture(scope="module")
 def trained_run(pair_files, tmp_path_factory):
     """Two epochs with checkpoints (deterministic), shared by the eval/resume tests."""

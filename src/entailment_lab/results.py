@@ -87,17 +87,25 @@ class EpochHistory(L.Callback):
     ``val/acc``, ``val/loss``), kept for ``results.json`` so the validation curve of every run
     can be plotted from its results alone (``src/curves.py``), whatever the logger."""
 
-    KEYS = ("train/acc", "train/loss_epoch", "val/acc", "val/loss")
+    TRAIN_KEYS = ("train/acc", "train/loss_epoch")
+    VAL_KEYS = ("val/acc", "val/loss")
 
     def __init__(self) -> None:
         self.rows: list[dict[str, float | int | None]] = []
+        self._validated = False
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validated = not trainer.sanity_checking
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Validation runs inside the training epoch, so its metrics are already here.
+        # Validation runs inside the training epoch, so its metrics are already here; an
+        # epoch without validation (check_val_every_n_epoch > 1) records training only.
+        keys = self.TRAIN_KEYS + (self.VAL_KEYS if self._validated else ())
         metrics = trainer.callback_metrics
         row: dict[str, float | int | None] = {"epoch": trainer.current_epoch}
-        row.update({k: clean_number(metrics[k]) for k in self.KEYS if k in metrics})
+        row.update({k: clean_number(metrics[k]) for k in keys if k in metrics})
         self.rows.append(row)
+        self._validated = False
 
     def state_dict(self) -> dict[str, Any]:
         return {"rows": self.rows}  # resuming from last.ckpt keeps the earlier epochs
