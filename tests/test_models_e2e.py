@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from entailment_lab.data.demo import write_jsonl
-from entailment_lab.pipeline import train
+from entailment_lab.pipeline import evaluate, train
 from tests.conftest import FAST, compose_cfg, file_overrides
 
 SMALL = {  # shrink each model so one batch takes well under a second
@@ -22,6 +22,7 @@ SMALL = {  # shrink each model so one batch takes well under a second
     "din1": ["dim=16"],
     "din2": ["dim=16"],
     "din1_static": ["dim=16"],
+    "lexical": ["model.net.num_buckets=4096"],
 }
 PAIR_MODELS = [m for m in SMALL if (Path(__file__).parents[1] / f"conf/model/{m}.yaml").exists()]
 
@@ -69,3 +70,17 @@ def test_decatt_adagrad_state_starts_at_the_papers_accumulator(tmp_path):
     optimizer.step()  # lr * g / sqrt(0.1 + g²): a bounded first step, not lr * sign(g)
     expected = -0.05 * weight.grad / torch.sqrt(0.1 + weight.grad**2)
     assert torch.allclose(weight.detach(), expected)
+
+
+def test_lexical_model_trains_and_evaluates(pair_files, tmp_path):
+    """The lexical floor runs through the same pipeline as every neural model: checkpoint,
+    eval-mode train accuracy, results.json, and eval.py from the checkpoint alone."""
+    cfg = compose_cfg(["model=lexical", "model.net.num_buckets=4096", *FAST,
+                       *file_overrides(pair_files), "trainer.max_epochs=3"], tmp_path)
+    metrics = train(cfg)
+    assert 0.0 <= metrics["train/acc_eval"] <= 1.0 and 0.0 <= metrics["test/acc"] <= 1.0
+    best = json.loads((tmp_path / "results.json").read_text())["best_checkpoint"]
+    evaluated = evaluate(compose_cfg([f"ckpt_path={best}", "split=test",
+                                      "trainer.enable_model_summary=false"], tmp_path / "eval",
+                                     config_name="eval"))
+    assert evaluated["test/acc"] == pytest.approx(metrics["test/acc"])
