@@ -54,14 +54,14 @@ def test_table2_rows_pin_the_paper_settings(tmp_path):
 
 
 # model -> (optimiser, lr, Adagrad accumulator, gradient clipping, batch, unit-norm vectors,
-#           max epochs, early-stopping patience): each model's paper recipe (conf/recipe/).
+#           max epochs, early-stopping patience or None): each model's recipe (conf/recipe/).
 RECIPES = {
     "din1": ("Adam", 1e-3, None, None, 128, False, 30, 3),
     "din2": ("Adam", 1e-3, None, None, 128, False, 30, 3),
     "din1_static": ("Adam", 1e-3, None, None, 128, False, 30, 3),
     "lstm": ("Adam", 1e-3, None, None, 128, False, 30, 3),
-    "decatt": ("Adagrad", 0.05, 0.1, None, 4, True, 30, 5),
-    "decatt_intra": ("Adagrad", 0.025, 0.1, None, 4, True, 30, 5),
+    "decatt": ("Adagrad", 0.05, 0.1, None, 4, True, 30, None),
+    "decatt_intra": ("Adagrad", 0.025, 0.1, None, 4, True, 30, None),
     "diin": ("Adadelta", 0.5, None, 1.0, 70, False, 30, 3),
     "dcnn": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
     "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
@@ -81,7 +81,8 @@ def test_model_alone_selects_its_papers_recipe(model, tmp_path):
     assert cfg.optimizer.get("initial_accumulator_value") == accumulator
     assert cfg.trainer.gradient_clip_val == clip and cfg.data.batch_size == batch
     assert cfg.embeddings.normalize is normalize and cfg.trainer.max_epochs == epochs
-    assert cfg.callbacks.early_stopping.patience == patience
+    stopping = cfg.callbacks.early_stopping
+    assert (stopping.patience if stopping else None) == patience  # None: every epoch runs
     # A protocol changes the data, not the recipe.
     protocol = compose_cfg([f"model={model}", "experiment=protocols/snli_dev2test",
                             "data_root=/data"], tmp_path)
