@@ -108,6 +108,7 @@ def plot_learning_curve(runs: pd.DataFrame, out: Path) -> Path:
         ax.errorbar(line["train_size"], line["mean"], yerr=line["std"].fillna(0), marker="o",
                     capsize=3, label=f"{model} ({data})")
     ax.set_xscale("log")
+    ax.minorticks_off()  # only the measured sizes are labelled
     sizes = sorted(table["train_size"].unique())
     ax.set_xticks(sizes, [f"{int(s):,}" for s in sizes])
     ax.set_xlabel("training pairs")
@@ -124,7 +125,7 @@ def write_learning_curve_markdown(runs: pd.DataFrame, out: Path) -> Path:
         f"{m:.2f} ± {s:.2f} ({n})" if n > 1 else f"{m:.2f} (1)"
         for m, s, n in zip(table["mean"], table["std"], table["count"], strict=True)]
     wide = table.pivot(index=["data", "model"], columns="train_size",
-                       values="test % (mean ± std, n)")
+                       values="test % (mean ± std, n)").fillna("not run")
     wide.columns = [f"{int(c):,} pairs" for c in wide.columns]
     path = out / "learning_curve.md"
     write_text_atomic(path, wide.reset_index().to_markdown(index=False) + "\n")
