@@ -17,6 +17,7 @@ from entailment_lab.curves import (
     plot_validation_curves,
     write_learning_curve_markdown,
 )
+from entailment_lab.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-curve", action="store_true",
                         help="also draw test accuracy against data.train_size")
     args = parser.parse_args(argv)
-    runs = load_runs(args.paths)
+    try:
+        runs = load_runs(args.paths)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if runs.empty:
         print(f"error: no completed training run (results.json) under {args.paths}",
               file=sys.stderr)

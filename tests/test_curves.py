@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +50,21 @@ def test_both_plots_and_the_table_are_written(runs, tmp_path):
              write_learning_curve_markdown(loaded, out)]
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     assert "61.00 ± 1.41 (2)" in (out / "learning_curve.md").read_text()
+
+
+def test_cli_says_what_is_wrong_with_a_bad_path(tmp_path, capsys):
+    import runpy
+    import sys
+
+    script = str(Path(__file__).resolve().parents[1] / "src" / "curves.py")
+    argv = sys.argv
+    try:
+        for path, message in [(tmp_path / "nope", "no such folder"),
+                              (tmp_path, "no completed training run")]:
+            sys.argv = [script, str(path), "--out", str(tmp_path / "out")]
+            with pytest.raises(SystemExit) as stop:
+                runpy.run_path(script, run_name="__main__")
+            assert stop.value.code == 1 and message in capsys.readouterr().err
+    finally:
+        sys.argv = argv
+    assert not (tmp_path / "out").exists()  # a failure writes nothing

@@ -105,7 +105,8 @@ def test_overfits_24_random_pairs():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"hidden_size": 0}, {"dropout": 1.0}, {"max_distance": -1}, {"init_std": 0.0}],
+    [{"hidden_size": 0}, {"dropout": 1.0}, {"max_distance": -1}, {"init_std": 0.0},
+     {"null_init": "zeros"}],
 )
 def test_bad_config_raises_config_error(kwargs):
     with pytest.raises(ConfigError):

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from entailment_lab.explain import save_figures
+from entailment_lab.report import find_job_folders
 from entailment_lab.results import RESULTS_FILE, read_results, write_text_atomic
 
 
@@ -26,19 +27,22 @@ def _label(run: dict[str, Any]) -> str:
 
 
 def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per completed training run below ``paths`` (its results.json, flattened)."""
+    """One row per completed training run below ``paths`` (its results.json, flattened).
+
+    Job folders are found as the report finds them (``find_job_folders``: a missing path is a
+    ``UserError``; checkpoint and logger folders are not searched).
+    """
     rows = []
     for path in paths:
-        for file in sorted(Path(path).rglob(RESULTS_FILE)):
-            run = read_results(file)
+        for folder in find_job_folders(path):
+            run = read_results(folder / RESULTS_FILE)
             if run.get("status") != "completed" or run.get("task") != "train":
                 continue
-            metrics = run.get("metrics") or {}
             rows.append({
-                "folder": str(file.parent), "data": run.get("data"), "model": _label(run),
+                "folder": str(folder), "data": run.get("data"), "model": _label(run),
                 "seed": run.get("seed"),
                 "train_size": (run.get("data_stats") or {}).get("train/size"),
-                "test_acc": metrics.get("test/acc"), "val_acc_best": metrics.get("val/acc_best"),
+                "test_acc": (run.get("metrics") or {}).get("test/acc"),
                 "history": run.get("history") or [],
             })
     return pd.DataFrame(rows)
