@@ -139,8 +139,8 @@ def test_required_values_are_named_before_any_data_is_read(tmp_path):
     cfg = compose_cfg(["data=sick", "data.files.train=x.jsonl", *FAST], tmp_path)
     with pytest.raises(ConfigError, match=r"not set: data\.files\.test, data\.files\.validation"):
         train(cfg)
-    cfg = compose_cfg(["dim=abc", *FAST], tmp_path)
-    with pytest.raises(ConfigError, match="dim must be a positive integer"):
+    cfg = compose_cfg(["model=lstm", "dim=abc", *FAST], tmp_path)
+    with pytest.raises(ConfigError, match="dim .* must be a positive integer, got 'abc'"):
         train(cfg)
 
 

@@ -1,16 +1,9 @@
-"""Heat maps of what a model looked at (the DIN paper's Fig. 2 and Fig. 3).
+"""Heat maps of what a model looked at (e.g. the DIN paper's Fig. 2 and Fig. 3).
 
-Any network that returns analysis maps with ``return_details=True`` can be drawn:
-
-- ``interaction_norms`` (batch, len_h, len_p): DIN's Fig. 2, ‖VECTORIZE(W^t_τ)‖₂ min-max
-  normalised over the premise, one row per hypothesis word;
-- ``gate_change`` (batch, 3, len_h): DIN's Fig. 3, the change of the generated z, r, h weights
-  at each hypothesis step, normalised to [0, 1];
-- ``attention_premise_to_hypothesis`` (batch, 1 + len_p, 1 + len_h): Decomposable Attention's
-  soft alignment (NULL first), drawn as hypothesis × premise like Fig. 2.
-
-Used by ``src/explain.py`` (one pair -> PNG files) and by ``HeatmapLogger`` (a few test pairs ->
-W&B images at the end of testing).
+Each network says which maps it has (``Network.heatmaps``: DIN's interaction norms and gate
+changes, Decomposable Attention's soft alignment, DIIN's interaction image); this module only
+draws them. Used by ``src/explain.py`` (one pair -> PNG files) and by ``HeatmapLogger`` (a few
+test pairs -> W&B images at the end of testing).
 """
 
 from __future__ import annotations
@@ -30,67 +23,52 @@ from matplotlib.figure import Figure
 
 from entailment_lab.data.batching import pad_ids
 from entailment_lab.data.text import Vocabulary, tokenize
+from entailment_lab.errors import UserError
+from entailment_lab.models.base import HeatMap, Network
 
 log = logging.getLogger(__name__)
-
-GATES = ("z (update)", "r (reset)", "h (candidate)")
-
 
 def _title(label: str, probs: Sequence[float], names: Sequence[str]) -> str:
     shown = ", ".join(f"{n} {p:.2f}" for n, p in zip(names, probs, strict=True))
     return f"predicted: {label}  ({shown})"
 
 
-def plot_matrix(values: torch.Tensor, rows: Sequence[str], cols: Sequence[str], title: str,
-                xlabel: str, ylabel: str, colorbar: str) -> Figure:
-    """A labelled heat map, sized to its words so every label stays readable."""
+def plot_heatmap(heatmap: HeatMap, caption: str = "") -> Figure:
+    """A labelled heat map, sized to its words so every label stays readable; ``caption``
+    (the prediction) goes under the map's title."""
+    title = f"{heatmap.title}\n{caption}" if caption else heatmap.title
+    rows, cols = heatmap.rows, heatmap.cols
     longest = max(len(line) for line in title.splitlines())
     height = max(2.5, 0.42 * len(rows) + 0.25 * title.count("\n") + 1.6)
     width = max(5.0, 0.5 * len(cols) + 2.6, 0.085 * longest)  # the title must fit too
     fig, ax = plt.subplots(figsize=(width, height), dpi=120)
-    image = ax.imshow(values.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    image = ax.imshow(heatmap.values.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(cols)), labels=cols, rotation=45, ha="right", fontsize=10)
     ax.set_yticks(range(len(rows)), labels=rows, fontsize=10)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_xlabel(heatmap.xlabel)
+    ax.set_ylabel(heatmap.ylabel)
     ax.set_title(title, fontsize=10)
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label=colorbar)
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label=heatmap.colorbar)
     fig.tight_layout()
     return fig
 
 
-def figures_for(details: Mapping[str, torch.Tensor], premise: Sequence[str],
-                hypothesis: Sequence[str], title: str, index: int = 0) -> dict[str, Figure]:
-    """The heat maps available in ``details`` for pair ``index`` of the batch."""
-    lp, lh = len(premise), len(hypothesis)
-    figures = {}
-    if "interaction_norms" in details:
-        alpha = details["interaction_norms"][index, :lh, :lp].detach().float().cpu()
-        figures["interaction"] = plot_matrix(
-            alpha, hypothesis, premise, f"Interaction ‖W^t_τ‖ (Fig. 2)\n{title}",
-            "premise word τ", "hypothesis word t", "min-max over premise")
-    if "gate_change" in details:
-        change = details["gate_change"][index, :, :lh].detach().float().cpu()
-        figures["gates"] = plot_matrix(
-            change, GATES, hypothesis, f"Change of generated gate weights (Fig. 3)\n{title}",
-            "hypothesis word t", "gate", "normalised change")
-    if "attention_premise_to_hypothesis" in details:
-        attention = details["attention_premise_to_hypothesis"][index, : lp + 1, : lh + 1]
-        figures["attention"] = plot_matrix(
-            attention.detach().float().cpu().T, ["NULL", *hypothesis], ["NULL", *premise],
-            f"Soft alignment (softmax over hypothesis)\n{title}", "premise word",
-            "hypothesis word", "attention weight")
-    return figures
+def figures_for(net: Network, details: Mapping[str, torch.Tensor], premise: Sequence[str],
+                hypothesis: Sequence[str], caption: str, index: int = 0) -> dict[str, Figure]:
+    """The network's heat maps of pair ``index`` of the batch, drawn."""
+    maps = net.heatmaps(details, premise, hypothesis, index)
+    return {name: plot_heatmap(heatmap, caption) for name, heatmap in maps.items()}
 
 
 @torch.no_grad()
 def explain_pair(module: L.LightningModule, vocab: Vocabulary, premise: str, hypothesis: str,
                  lowercase: bool) -> dict[str, Any]:
     """Predict one pair and return its tokens, probabilities and heat-map figures."""
+    if module.net.inputs != "pair":
+        raise UserError(f"explain reads a premise and a hypothesis; this checkpoint's "
+                        f"{type(module.net).__name__} reads single sentences")
     p_tokens, h_tokens = tokenize(premise, lowercase), tokenize(hypothesis, lowercase)
     if not p_tokens or not h_tokens:
-        from entailment_lab.errors import UserError
-
         raise UserError("premise and hypothesis must each contain at least one word")
     p_ids, p_mask = pad_ids([vocab.encode(p_tokens)])
     h_ids, h_mask = pad_ids([vocab.encode(h_tokens)])
@@ -103,7 +81,7 @@ def explain_pair(module: L.LightningModule, vocab: Vocabulary, premise: str, hyp
     title = _title(label, probs, names)
     return {"premise_tokens": p_tokens, "hypothesis_tokens": h_tokens, "probabilities":
             dict(zip(names, probs, strict=True)), "prediction": label,
-            "figures": figures_for(out, p_tokens, h_tokens, title)}
+            "figures": figures_for(module.net, out, p_tokens, h_tokens, title)}
 
 
 def save_figures(figures: Mapping[str, Figure], folder: str | Path, prefix: str = "",
@@ -156,7 +134,7 @@ class HeatmapLogger(L.Callback):
             pred = pl_module.label_names[int(probs[i].argmax())]
             gold = pl_module.label_names[int(batch["label"][i])]
             title = _title(pred, probs[i].tolist(), pl_module.label_names) + f"\ngold: {gold}"
-            for name, fig in figures_for(out, premise, hyp, title, index=i).items():
+            for name, fig in figures_for(pl_module.net, out, premise, hyp, title, i).items():
                 images.append(fig)
                 captions.append(f"example {i}: {name}")
         if images:

@@ -1,7 +1,7 @@
 """The one LightningModule: trains, validates and tests any network of ``entailment_lab.models``.
 
 The network is built from config and injected (``net``), as in lightning-hydra-template; this
-module only knows the contract in ``models/__init__.py``: a batch is the network's keyword
+module only knows the contract of ``models.base.Network``: a batch is the network's keyword
 inputs plus ``label``, and the network returns ``{"logits": ...}``.
 """
 
@@ -18,6 +18,7 @@ from torch import nn
 from torchmetrics import MaxMetric, MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from entailment_lab.models.base import Network
 from entailment_lab.models.common import count_trainable_parameters
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class ClassifierModule(L.LightningModule):
     """Cross-entropy training of a sentence-pair (or single-sentence) classifier.
 
     Args:
-        net: the network (see ``models/__init__.py``).
+        net: the network (a ``models.base.Network``).
         embedding: the network's word-embedding layer, excluded from the parameter count.
         optimizer: a partial optimiser (``_partial_: true`` in config) taking the parameters.
         scheduler: an optional partial LR scheduler taking the optimiser.
@@ -41,7 +42,7 @@ class ClassifierModule(L.LightningModule):
 
     def __init__(
         self,
-        net: nn.Module,
+        net: Network,
         embedding: nn.Embedding,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., Any] | None = None,
@@ -60,8 +61,7 @@ class ClassifierModule(L.LightningModule):
         self.metadata = dict(metadata or {})
         num_classes = len(self.label_names)
         self.num_trainable = count_trainable_parameters(net, exclude=embedding)
-        paper = getattr(net, "paper_parameter_count", None)
-        self.num_paper_convention = int(paper()) if callable(paper) else None
+        self.num_paper_convention = net.paper_parameter_count()
 
         def accuracy() -> MulticlassAccuracy:
             return MulticlassAccuracy(num_classes=num_classes, average="micro")
@@ -95,10 +95,10 @@ class ClassifierModule(L.LightningModule):
 
     # --- Lightning hooks -----------------------------------------------------------------
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        self.net.set_training_step(self.global_step)
         loss, logits = self._step(batch)
-        regularizer = getattr(self.net, "regularization_loss", None)
-        if callable(regularizer):
-            reg = regularizer()
+        reg = self.net.regularization_loss()
+        if reg is not None:
             self.log("train/reg_loss", reg, on_step=True, on_epoch=False)
             loss = loss + reg
         self.train_loss(loss)
@@ -157,6 +157,7 @@ class ClassifierModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_KEY] = {
+            **checkpoint.get(CHECKPOINT_KEY, {}),  # callbacks' entries (the W&B run id)
             **self.metadata,
             "label_names": self.label_names,
             "train_acc_at_best": self.train_acc_at_best,

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -15,17 +14,19 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
+from entailment_lab.callbacks import ResultsRecorder
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.errors import ConfigError, UserError
+from entailment_lab.models.base import Network
 from entailment_lab.module import CHECKPOINT_KEY, ClassifierModule
-from entailment_lab.results import EpochHistory, ResultsFile, clean_number
+from entailment_lab.results import ResultsFile, clean_number
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +57,41 @@ def build_datamodule(data_cfg: DictConfig, vocab: Vocabulary | None = None) -> T
     return datamodule
 
 
+def network_class(net_cfg: DictConfig) -> type[Network]:
+    """The class named by ``model.net._target_``; it must follow the contract of ``Network``."""
+    try:
+        target = hydra.utils.get_class(net_cfg._target_)
+    except Exception as err:  # Hydra wraps import errors in its own types
+        raise ConfigError(f"model.net._target_: cannot import '{net_cfg._target_}' "
+                          f"({err})") from err
+    if not (isinstance(target, type) and issubclass(target, Network)):
+        raise ConfigError(f"model.net._target_: {net_cfg._target_} is not a subclass of "
+                          "entailment_lab.models.base.Network (README, 'Add a model')")
+    return target
+
+
 def build_net(net_cfg: DictConfig, embedding: nn.Embedding, num_classes: int,
-              vocab: Vocabulary) -> nn.Module:
+              vocab: Vocabulary) -> Network:
     """The network from ``model.net``, given the context every model may need."""
-    target = hydra.utils.get_class(net_cfg._target_)
     context: dict[str, Any] = {"embedding": embedding, "num_classes": num_classes}
-    if "vocab" in inspect.signature(target).parameters:
+    if network_class(net_cfg).needs_vocab:
         context["vocab"] = list(vocab.itos)
     return _instantiate(net_cfg, "model.net", _convert_="all", **context)
+
+
+def build_module(cfg: DictConfig, net: Network, embedding: nn.Embedding,
+                 label_names: list[str], metadata: dict[str, Any]) -> ClassifierModule:
+    """The LightningModule of a run config: its network, optimiser and schedule."""
+    scheduler_cfg = cfg.scheduler.get("scheduler")
+    return ClassifierModule(
+        net=net,
+        embedding=embedding,
+        optimizer=_instantiate(cfg.optimizer, "optimizer"),
+        scheduler=_instantiate(scheduler_cfg, "scheduler") if scheduler_cfg else None,
+        scheduler_interval=cfg.scheduler.get("interval", "step"),
+        label_names=label_names,
+        metadata=metadata,
+    )
 
 
 def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[L.Callback]:
@@ -143,6 +171,13 @@ def _checkpoint_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], dict[
     return checkpoint, meta
 
 
+def _inputs(cfg: DictConfig) -> str | None:
+    try:
+        return network_class(cfg.model.net).inputs
+    except ConfigError:  # reported by check_config, inside the results file's lifetime
+        return None
+
+
 def _run_summary(cfg: DictConfig) -> dict[str, Any]:
     choices = {}
     try:
@@ -156,6 +191,8 @@ def _run_summary(cfg: DictConfig) -> dict[str, Any]:
     return {
         "task": cfg.task_name,
         "model": cfg.model.name if "model" in cfg else None,
+        # what the model reads, "pair" or "sentence": the report's table layout
+        "inputs": _inputs(cfg) if "model" in cfg else None,
         "dim": cfg.get("dim"),
         "seed": cfg.get("seed"),
         "data": cfg.data.get("name") if "data" in cfg else None,
@@ -192,22 +229,17 @@ def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Fail before any data is read: required (``???``) values and the shape of ``dim``."""
+    """Fail before any data is read: required (``???``) values, then the model's own checks
+    of its ``model.net`` values (``Network.check_config``; e.g. ``dim`` for DIN)."""
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise ConfigError(
             f"required config value(s) not set: {', '.join(missing)}; give them on the command "
             f"line, e.g. {missing[0]}=..."
         )
-    dim = cfg.get("dim")
-    if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or dim < 1):
-        raise ConfigError(f"dim must be a positive integer (e.g. dim=400), got {dim!r}")
-    if "model" not in cfg:
-        return
-    target = hydra.utils.get_class(cfg.model.net._target_)
-    validate = getattr(target, "validate_config", None)
-    if callable(validate):  # a model's own cheap checks, e.g. DIN's perfect-square dim
-        validate(**{k: v for k, v in cfg.model.net.items() if k != "_target_"})
+    if "model" in cfg:  # the model's own cheap checks, e.g. DIN's perfect-square dim
+        network_class(cfg.model.net).check_config(OmegaConf.to_container(cfg.model.net,
+                                                                         resolve=True))
 
 
 def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
@@ -220,48 +252,20 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     datamodule = build_datamodule(cfg.data, vocab)
     embedding = _instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
     net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
-    scheduler_cfg = cfg.scheduler.get("scheduler")
-    module = ClassifierModule(
-        net=net,
-        embedding=embedding,
-        optimizer=_instantiate(cfg.optimizer, "optimizer"),
-        scheduler=_instantiate(scheduler_cfg, "scheduler") if scheduler_cfg else None,
-        scheduler_interval=cfg.scheduler.get("interval", "step"),
-        label_names=datamodule.label_names,
-        metadata={
-            "vocab": datamodule.vocab.itos,
-            "embedding_dim": embedding.embedding_dim,
-            "config": OmegaConf.to_container(cfg, resolve=True),
-        },
-    )
-    params = module.parameter_summary()
-    log.info("parameters (trainable, without word embeddings): %s", params)
-    results.update(params={k.removeprefix("params/"): v for k, v in params.items()},
-                   data_stats=datamodule.stats, embedding_stats=getattr(embedding, "stats", {}))
-    results.save()
+    config = OmegaConf.to_container(cfg, resolve=True)
+    module = build_module(cfg, net, embedding, datamodule.label_names, metadata={
+        "vocab": datamodule.vocab.itos, "embedding_dim": embedding.embedding_dim,
+        "config": config})
+    results.update(data_stats=datamodule.stats, embedding_stats=getattr(embedding, "stats", {}))
 
     loggers = build_loggers(cfg, resume_id)
-    history = EpochHistory()
-    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), history]
+    recorder = ResultsRecorder(results, config)
+    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), recorder]
     trainer: L.Trainer = _instantiate(cfg.trainer, "trainer", callbacks=callbacks,
                                       logger=loggers or False)
-    for lg in loggers:
-        lg.log_hyperparams({**OmegaConf.to_container(cfg, resolve=True), **params})
-        if isinstance(lg, WandbLogger) and trainer.is_global_zero:
-            lg.experiment.summary.update(params)
-            results.update(wandb_run_id=lg.version, wandb_group=lg.experiment.group or None)
-            module.metadata["wandb_run_id"] = lg.version
-
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-    metrics = {k: clean_number(v) for k, v in trainer.callback_metrics.items()
-               if k.startswith(("train/", "val/"))}
-    metrics["train/acc_at_best"] = clean_number(module.train_acc_at_best)
-    metrics["epochs"] = trainer.current_epoch
-    results.update(history=history.rows)
 
-    checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None)
-    best = checkpoint.best_model_path if checkpoint else ""
-    results.update(best_checkpoint=best or None)
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.get("eval_train") and best:
         # Training accuracy of the best checkpoint in eval mode (no dropout): what a model
         # fits, unlike the dropout-on running mean train/acc_at_best.
@@ -269,33 +273,10 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
         trainer.test(module, dataloaders=datamodule.dataloader("train"), ckpt_path=best,
                      verbose=False)
         module.eval_split = "test"
-        metrics.update({k: clean_number(v) for k, v in trainer.callback_metrics.items()
-                        if k.startswith("train/") and k.endswith("_eval")})
     if cfg.get("test"):  # the best checkpoint (fast_dev_run saves none: the last weights)
         ckpt_path = None if trainer.fast_dev_run else best or None
         trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
-        metrics.update({k: clean_number(v) for k, v in trainer.callback_metrics.items()
-                        if k.startswith("test/")})
-        confusion = module.test_confusion.compute().tolist()
-        results.update(test_confusion_matrix=confusion, labels=module.label_names)
-        if trainer.is_global_zero:
-            _log_confusion(loggers, confusion, module.label_names)
-    results.update(metrics=metrics)
-    for lg in loggers:
-        if isinstance(lg, WandbLogger) and trainer.is_global_zero:
-            lg.experiment.summary.update({k: v for k, v in metrics.items() if v is not None})
-    return metrics
-
-
-def _log_confusion(loggers: list[Logger], confusion: list[list[int]], labels: list[str]) -> None:
-    for lg in loggers:
-        if isinstance(lg, WandbLogger):
-            import wandb
-
-            rows = [[gold, pred, confusion[i][j]] for i, gold in enumerate(labels)
-                    for j, pred in enumerate(labels)]
-            lg.experiment.log({"test/confusion_matrix": wandb.Table(
-                columns=["gold", "predicted", "count"], data=rows)})
+    return recorder.metrics
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -306,30 +287,31 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
 def load_trained(ckpt_path: str | os.PathLike, data_overrides: Mapping[str, Any] | None = None
                  ) -> tuple[ClassifierModule, TextDataModule | None, DictConfig]:
-    """Rebuild a trained module (and, if ``data_overrides`` is given, its data) from a file."""
+    """Rebuild a trained module (and, if ``data_overrides`` is given, its data) from a file.
+
+    ``data_overrides`` is merged over the run's ``data`` config; ``None`` values keep the
+    run's own (an ``eval.py`` knob left unset).
+    """
     checkpoint, meta = _checkpoint_metadata(ckpt_path)
     run_cfg = OmegaConf.create(meta["config"])
     vocab = Vocabulary(meta["vocab"])
     # Shape-only embedding: the trained weights come from the state dict below.
     embedding = random_embeddings(vocab, dim=meta["embedding_dim"], freeze=True)
     net = build_net(run_cfg.model.net, embedding, len(meta["label_names"]), vocab)
-    module = ClassifierModule(net, embedding, optimizer=torch.optim.Adam,
-                              label_names=meta["label_names"], metadata=meta)
+    module = build_module(run_cfg, net, embedding, meta["label_names"], meta)
     module.load_state_dict(checkpoint["state_dict"])
     module.eval()
     datamodule = None
     if data_overrides is not None:
-        data_cfg = run_cfg.data
-        with open_dict(data_cfg):
-            for key, value in data_overrides.items():
-                if isinstance(value, Mapping):
-                    for sub, v in value.items():
-                        if v is not None:
-                            data_cfg[key][sub] = v
-                elif value is not None:
-                    data_cfg[key] = value
+        data_cfg = OmegaConf.merge(run_cfg.data, _drop_none(data_overrides))
         datamodule = build_datamodule(data_cfg, vocab)
     return module, datamodule, run_cfg
+
+
+def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the keys whose value is None, at every depth."""
+    return {k: _drop_none(v) if isinstance(v, Mapping) else v
+            for k, v in values.items() if v is not None}
 
 
 def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:

@@ -49,12 +49,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as Fn
 from torch import nn
 
 from entailment_lab.errors import ConfigError
+from entailment_lab.models.base import Network
 from entailment_lab.models.common import PairFeatureClassifier, masked_fill_value
 
 # Matlab-release L2 coefficients: (embedding, conv layer 1, ..., conv layer L, output layer).
@@ -182,17 +184,6 @@ class DCNNEncoder(nn.Module):
     ) -> None:
         super().__init__()
         widths, maps, folds = tuple(filter_widths), tuple(feature_maps), tuple(folding)
-        if not widths or not len(widths) == len(maps) == len(folds):
-            raise ConfigError(
-                "model.net.filter_widths, feature_maps and folding need one entry per layer, "
-                f"got {list(widths)}, {list(maps)}, {list(folds)}."
-            )
-        if min(widths) < 1 or min(maps) < 1:
-            raise ConfigError(
-                f"filter widths and feature maps must be >= 1, got {list(widths)}, {list(maps)}."
-            )
-        if k_top < 1:
-            raise ConfigError(f"model.net.k_top must be >= 1, got {k_top}.")
         divisor = 2 ** sum(bool(f) for f in folds)
         if input_size % divisor:
             raise ConfigError(
@@ -228,16 +219,34 @@ class DCNNEncoder(nn.Module):
         return features, {"k": torch.stack(ks, dim=1)}
 
 
-def _check_head(num_classes: int, dropout: float, l2: Sequence[float], num_layers: int) -> None:
-    if num_classes < 2:
-        raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+def validate_dcnn_config(filter_widths: Sequence[int], feature_maps: Sequence[int], k_top: int,
+                         folding: Sequence[bool], dropout: float, l2: Sequence[float]) -> None:
+    """The knobs both DCNN networks share: one width, map count and fold flag per layer, and
+    one L2 coefficient per layer group (embedding, each conv layer, output)."""
+    widths, maps, folds, l2 = tuple(filter_widths), tuple(feature_maps), tuple(folding), tuple(l2)
+    if not widths or not len(widths) == len(maps) == len(folds):
+        raise ConfigError(
+            "model.net.filter_widths, feature_maps and folding need one entry per layer, "
+            f"got {list(widths)}, {list(maps)}, {list(folds)}."
+        )
+    if min(widths) < 1 or min(maps) < 1:
+        raise ConfigError(
+            f"filter widths and feature maps must be >= 1, got {list(widths)}, {list(maps)}."
+        )
+    if k_top < 1:
+        raise ConfigError(f"model.net.k_top must be >= 1, got {k_top}.")
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
-    if len(l2) != num_layers + 2 or min(l2) < 0:
+    if len(l2) != len(widths) + 2 or min(l2) < 0:
         raise ConfigError(
-            f"model.net.l2 needs {num_layers + 2} non-negative coefficients (embedding, "
-            f"{num_layers} conv layers, output), got {list(l2)}."
+            f"model.net.l2 needs {len(widths) + 2} non-negative coefficients (embedding, "
+            f"{len(widths)} conv layers, output), got {list(l2)}."
         )
+
+
+def _check_classes(num_classes: int) -> None:
+    if num_classes < 2:
+        raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
 
 
 def _l2_penalty(groups: Sequence[tuple[float, Sequence[torch.Tensor]]]) -> torch.Tensor:
@@ -250,8 +259,15 @@ def _l2_penalty(groups: Sequence[tuple[float, Sequence[torch.Tensor]]]) -> torch
     return total
 
 
-class DCNNClassifier(nn.Module):
+class DCNNClassifier(Network):
     """DCNN sentence classifier (SST, TREC): encoder -> dropout -> linear (softmax in the loss)."""
+
+    inputs = "sentence"
+
+    @classmethod
+    def validate_config(cls, **config: Any) -> None:
+        validate_dcnn_config(config["filter_widths"], config["feature_maps"], config["k_top"],
+                             config["folding"], config["dropout"], config["l2"])
 
     def __init__(
         self,
@@ -265,7 +281,9 @@ class DCNNClassifier(nn.Module):
         l2: Sequence[float] = MATLAB_L2,
     ) -> None:
         super().__init__()
-        _check_head(num_classes, dropout, tuple(l2), len(tuple(filter_widths)))
+        self.validate_config(filter_widths=filter_widths, feature_maps=feature_maps, k_top=k_top,
+                             folding=folding, dropout=dropout, l2=l2)
+        _check_classes(num_classes)
         self.embedding = embedding
         self.encoder = DCNNEncoder(
             embedding.embedding_dim, filter_widths, feature_maps, k_top, folding
@@ -296,8 +314,18 @@ class DCNNClassifier(nn.Module):
         return out
 
 
-class DCNNPairClassifier(nn.Module):
+class DCNNPairClassifier(Network):
     """DCNN for pairs: one shared DCNN encodes P and H; ``[u; v; |u-v|; u*v]`` -> MLP."""
+
+    @classmethod
+    def validate_config(cls, **config: Any) -> None:
+        validate_dcnn_config(config["filter_widths"], config["feature_maps"], config["k_top"],
+                             config["folding"], config["dropout"], config["l2"])
+        if config["mlp_hidden_size"] < 1 or config["mlp_layers"] < 0:
+            raise ConfigError(
+                "model.net.mlp_hidden_size must be >= 1 and mlp_layers >= 0, "
+                f"got {config['mlp_hidden_size']}, {config['mlp_layers']}."
+            )
 
     def __init__(
         self,
@@ -313,12 +341,10 @@ class DCNNPairClassifier(nn.Module):
         l2: Sequence[float] = MATLAB_L2,
     ) -> None:
         super().__init__()
-        _check_head(num_classes, dropout, tuple(l2), len(tuple(filter_widths)))
-        if mlp_hidden_size < 1 or mlp_layers < 0:
-            raise ConfigError(
-                "model.net.mlp_hidden_size must be >= 1 and mlp_layers >= 0, "
-                f"got {mlp_hidden_size}, {mlp_layers}."
-            )
+        self.validate_config(filter_widths=filter_widths, feature_maps=feature_maps, k_top=k_top,
+                             folding=folding, dropout=dropout, l2=l2,
+                             mlp_hidden_size=mlp_hidden_size, mlp_layers=mlp_layers)
+        _check_classes(num_classes)
         self.embedding = embedding
         self.encoder = DCNNEncoder(
             embedding.embedding_dim, filter_widths, feature_maps, k_top, folding

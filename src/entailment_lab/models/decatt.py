@@ -47,10 +47,14 @@ hidden h = 200, 3 classes::
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import torch
 from torch import nn
 
 from entailment_lab.errors import ConfigError
+from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import count_trainable_parameters, masked_softmax
 
 
@@ -100,7 +104,7 @@ class IntraSentenceAttention(nn.Module):
         return a_prime, weights
 
 
-class DecomposableAttention(nn.Module):
+class DecomposableAttention(Network):
     """Decomposable Attention for sentence pairs (premise a, hypothesis b).
 
     ``intra_attention=False`` is Table 2 row 8 (381,803 parameters with 300-d word vectors and
@@ -121,18 +125,10 @@ class DecomposableAttention(nn.Module):
         null_init: str = "unit",
     ) -> None:
         super().__init__()
+        self.validate_config(hidden_size=hidden_size, dropout=dropout, max_distance=max_distance,
+                             init_std=init_std, null_init=null_init)
         if num_classes < 2:
             raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
-        if hidden_size < 1:
-            raise ConfigError(f"model.net.hidden_size must be >= 1, got {hidden_size}.")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
-        if max_distance < 0:
-            raise ConfigError(f"model.net.max_distance must be >= 0, got {max_distance}.")
-        if init_std <= 0.0:
-            raise ConfigError(f"model.net.init_std must be > 0, got {init_std}.")
-        if null_init not in ("unit", "normal"):
-            raise ConfigError(f"model.net.null_init must be 'unit' or 'normal', got {null_init!r}.")
 
         self.embedding = embedding
         self.intra_attention = intra_attention
@@ -161,6 +157,20 @@ class DecomposableAttention(nn.Module):
             for p in self.parameters():
                 if id(p) not in skip:
                     p.normal_(0.0, init_std)
+
+    @classmethod
+    def validate_config(cls, *, hidden_size: int, dropout: float, max_distance: int,
+                        init_std: float, null_init: str, **_: Any) -> None:
+        if hidden_size < 1:
+            raise ConfigError(f"model.net.hidden_size must be >= 1, got {hidden_size}.")
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
+        if max_distance < 0:
+            raise ConfigError(f"model.net.max_distance must be >= 0, got {max_distance}.")
+        if init_std <= 0.0:
+            raise ConfigError(f"model.net.init_std must be > 0, got {init_std}.")
+        if null_init not in ("unit", "normal"):
+            raise ConfigError(f"model.net.null_init must be 'unit' or 'normal', got {null_init!r}.")
 
     def paper_parameter_count(self) -> int:
         """Trainable parameters except word vectors, counting a trainable NULL as a word vector."""
@@ -226,3 +236,13 @@ class DecomposableAttention(nn.Module):
                 out["intra_attention_premise"] = intra_a  # (batch, la, la)
                 out["intra_attention_hypothesis"] = intra_b  # (batch, lb, lb)
         return out
+
+    def heatmaps(self, details: Mapping[str, torch.Tensor], premise: Sequence[str],
+                 hypothesis: Sequence[str], index: int = 0) -> dict[str, HeatMap]:
+        """The soft alignment of Eq. 2 (softmax over the hypothesis), NULL first."""
+        lp, lh = len(premise), len(hypothesis)
+        attention = details["attention_premise_to_hypothesis"][index, : lp + 1, : lh + 1]
+        return {"attention": HeatMap(
+            attention.detach().float().cpu().T, ["NULL", *hypothesis], ["NULL", *premise],
+            "Soft alignment (softmax over hypothesis)", "premise word", "hypothesis word",
+            "attention weight")}

@@ -26,11 +26,15 @@ SPEC's restatement.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from entailment_lab.errors import ConfigError
+from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import count_trainable_parameters, masked_softmax
 
 PAD_TOKEN = "<pad>"
@@ -273,7 +277,7 @@ class DenseNetExtractor(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class DIIN(nn.Module):
+class DIIN(Network):
     """Densely Interactive Inference Network for sentence pairs.
 
     Parameters beyond the model contract (``embedding``, ``num_classes``, ``vocab``):
@@ -291,7 +295,7 @@ class DIIN(nn.Module):
     - ``dropout``, ``dropout_decay_rate``, ``dropout_decay_steps``: drop probability
       ``1 − (1 − dropout)·rate^(step / steps)`` at training step ``step`` (the paper's keep rate
       starts at 1.0 and decays by 0.977 every 10,000 steps); ``dropout_decay_rate=1`` keeps it
-      constant. ``step`` counts training-mode forward calls (a buffer, saved in checkpoints).
+      constant. ``step`` is the trainer's global step (``set_training_step``).
     - ``diff_penalty``: weight of ``Σ‖W_p − W_h‖²`` in ``regularization_loss()``.
     - ``train_embeddings``: fine-tune the word vectors (the paper does); ``None`` keeps the
       embedding layer as the backbone built it.
@@ -300,6 +304,8 @@ class DIIN(nn.Module):
     besides word vectors, vs. the paper's 4.4 M; the gap is the left-out 47-d POS feature, which
     widens every encoder matrix. See docs/models/diin.md for the arithmetic.
     """
+
+    needs_vocab = True  # character ids and exact-match keys come from the words
 
     def __init__(
         self,
@@ -328,10 +334,7 @@ class DIIN(nn.Module):
         train_embeddings: bool | None = True,
     ) -> None:
         super().__init__()
-        _check_config(
-            embedding=embedding,
-            num_classes=num_classes,
-            vocab=vocab,
+        self.validate_config(
             max_length=max_length,
             char_dim=char_dim,
             char_filters=char_filters,
@@ -349,6 +352,17 @@ class DIIN(nn.Module):
             dropout_decay_steps=dropout_decay_steps,
             diff_penalty=diff_penalty,
         )
+        if len(vocab) != embedding.num_embeddings:
+            raise ConfigError(
+                f"DIIN: vocab has {len(vocab)} entries but the embedding has "
+                f"{embedding.num_embeddings} rows; the pipeline must pass the vocabulary the "
+                "embedding was built from")
+        if num_classes < 2:
+            raise ConfigError(f"DIIN: num_classes={num_classes} must be >= 2")
+        if int((embedding.embedding_dim + char_filters) * scale_down) < 1:
+            raise ConfigError(
+                f"DIIN: model.net.scale_down={scale_down} leaves no channels of the "
+                f"{embedding.embedding_dim + char_filters}-d encoding")
         self.max_length = max_length
         self.use_exact_match = exact_match
         self.dropout = dropout
@@ -391,9 +405,69 @@ class DIIN(nn.Module):
         )
         self.output = nn.Linear(self.densenet.out_features, num_classes)
 
-        # Training-step counter for the dropout schedule (a buffer: saved, moved with the model).
-        self.register_buffer("train_steps", torch.zeros((), dtype=torch.long))
+        self.step = 0  # the trainer's global step, for the dropout schedule (set_training_step)
         self._reset_parameters()
+
+    @classmethod
+    def validate_config(
+        cls,
+        *,
+        max_length: int,
+        char_dim: int,
+        char_filters: int,
+        char_width: int,
+        max_word_length: int,
+        highway_layers: int,
+        scale_down: float,
+        first_scale_down_kernel: int,
+        dense_blocks: int,
+        dense_layers: int,
+        growth_rate: int,
+        transition_rate: float,
+        dropout: float,
+        dropout_decay_rate: float,
+        dropout_decay_steps: int,
+        diff_penalty: float,
+        **_: Any,
+    ) -> None:
+        """Reject inconsistent knobs up front with a message that names the knob (model.net.*)."""
+
+        def fail(message: str) -> None:
+            raise ConfigError(f"DIIN: {message}")
+
+        for name, value in [
+            ("char_dim", char_dim),
+            ("char_filters", char_filters),
+            ("char_width", char_width),
+            ("highway_layers", highway_layers),
+            ("first_scale_down_kernel", first_scale_down_kernel),
+            ("dense_blocks", dense_blocks),
+            ("dense_layers", dense_layers),
+            ("growth_rate", growth_rate),
+            ("dropout_decay_steps", dropout_decay_steps),
+        ]:
+            if value < 1:
+                fail(f"model.net.{name}={value} must be >= 1")
+        if max_word_length < char_width:
+            fail(
+                f"model.net.max_word_length={max_word_length} must be >= "
+                f"model.net.char_width={char_width} (the character convolution is 'valid')"
+            )
+        if max_length < 2**dense_blocks:
+            fail(
+                f"model.net.max_length={max_length} is too small for dense_blocks={dense_blocks}: "
+                f"each transition halves the interaction map, so it must be >= {2**dense_blocks}"
+            )
+        if not 0 < scale_down <= 1:
+            fail(f"model.net.scale_down={scale_down} must be in (0, 1]")
+        if not 0 < transition_rate <= 1:
+            fail(f"model.net.transition_rate={transition_rate} must be in (0, 1]")
+        if not 0 <= dropout < 1:
+            fail(f"model.net.dropout={dropout} must be in [0, 1)")
+        if not 0 < dropout_decay_rate <= 1:
+            fail(f"model.net.dropout_decay_rate={dropout_decay_rate} must be in (0, 1]")
+        if diff_penalty < 0:
+            fail(f"model.net.diff_penalty={diff_penalty} must be >= 0")
 
     def _reset_parameters(self) -> None:
         """Glorot-uniform weights and zero biases, as the official TensorFlow layers default to."""
@@ -410,11 +484,13 @@ class DIIN(nn.Module):
 
     # ------------------------------------------------------------------------------------------
 
+    def set_training_step(self, step: int) -> None:
+        self.step = step
+
     def current_dropout(self) -> float:
         """Drop probability at the current training step (paper: keep rate decays 0.977/10k)."""
-        steps = float(self.train_steps.item())
-        keep = (1.0 - self.dropout) * self.dropout_decay_rate ** (steps / self.dropout_decay_steps)
-        return 1.0 - keep
+        decay = self.dropout_decay_rate ** (self.step / self.dropout_decay_steps)
+        return 1.0 - (1.0 - self.dropout) * decay
 
     def embed(
         self,
@@ -455,8 +531,6 @@ class DIIN(nn.Module):
         exact-match features (batch, p) / (batch, h); p and h are the input lengths capped at
         ``max_length``.
         """
-        if self.training:
-            self.train_steps += 1
         dropout = self.current_dropout() if self.training else 0.0
         len_p = min(premise.size(1), self.max_length)
         len_h = min(hypothesis.size(1), self.max_length)
@@ -492,6 +566,16 @@ class DIIN(nn.Module):
                 result["hypothesis_exact_match"] = h[:, :len_h, -1]  # (batch, h)
         return result
 
+    def heatmaps(self, details: Mapping[str, torch.Tensor], premise: Sequence[str],
+                 hypothesis: Sequence[str], index: int = 0) -> dict[str, HeatMap]:
+        """‖I_ij‖ of the interaction image, hypothesis × premise, scaled by its maximum."""
+        lp, lh = min(len(premise), self.max_length), min(len(hypothesis), self.max_length)
+        norms = details["interaction_norm"][index, :lp, :lh].detach().float().cpu().T
+        norms = norms / norms.max().clamp_min(1e-12)
+        return {"interaction": HeatMap(norms, list(hypothesis[:lh]), list(premise[:lp]),
+                                       "Interaction ‖I_ij‖", "premise word i",
+                                       "hypothesis word j", "norm / max norm")}
+
     def regularization_loss(self) -> torch.Tensor:
         """``diff_penalty · Σ‖W_p − W_h‖²`` over corresponding encoder weight matrices.
 
@@ -525,74 +609,3 @@ class DIIN(nn.Module):
             char_table.numel() if char_table.requires_grad else 0
         )
 
-
-def _check_config(
-    *,
-    embedding: nn.Embedding,
-    num_classes: int,
-    vocab: list[str],
-    max_length: int,
-    char_dim: int,
-    char_filters: int,
-    char_width: int,
-    max_word_length: int,
-    highway_layers: int,
-    scale_down: float,
-    first_scale_down_kernel: int,
-    dense_blocks: int,
-    dense_layers: int,
-    growth_rate: int,
-    transition_rate: float,
-    dropout: float,
-    dropout_decay_rate: float,
-    dropout_decay_steps: int,
-    diff_penalty: float,
-) -> None:
-    """Reject inconsistent knobs up front with a message that names the knob (model.net.*)."""
-
-    def fail(message: str) -> None:
-        raise ConfigError(f"DIIN: {message}")
-
-    if len(vocab) != embedding.num_embeddings:
-        fail(
-            f"vocab has {len(vocab)} entries but the embedding has {embedding.num_embeddings} "
-            "rows; the backbone must pass the vocabulary the embedding was built from"
-        )
-    if num_classes < 2:
-        fail(f"num_classes={num_classes} must be >= 2")
-    for name, value in [
-        ("char_dim", char_dim),
-        ("char_filters", char_filters),
-        ("char_width", char_width),
-        ("highway_layers", highway_layers),
-        ("first_scale_down_kernel", first_scale_down_kernel),
-        ("dense_blocks", dense_blocks),
-        ("dense_layers", dense_layers),
-        ("growth_rate", growth_rate),
-        ("dropout_decay_steps", dropout_decay_steps),
-    ]:
-        if value < 1:
-            fail(f"model.net.{name}={value} must be >= 1")
-    if max_word_length < char_width:
-        fail(
-            f"model.net.max_word_length={max_word_length} must be >= "
-            f"model.net.char_width={char_width} (the character convolution is 'valid')"
-        )
-    if max_length < 2**dense_blocks:
-        fail(
-            f"model.net.max_length={max_length} is too small for dense_blocks={dense_blocks}: "
-            f"each transition halves the interaction map, so it must be >= {2**dense_blocks}"
-        )
-    if not 0 < scale_down <= 1:
-        fail(f"model.net.scale_down={scale_down} must be in (0, 1]")
-    if not 0 < transition_rate <= 1:
-        fail(f"model.net.transition_rate={transition_rate} must be in (0, 1]")
-    d = embedding.embedding_dim + char_filters + 1
-    if int((d - 1) * scale_down) < 1:
-        fail(f"model.net.scale_down={scale_down} leaves no channels of the {d - 1}-d encoding")
-    if not 0 <= dropout < 1:
-        fail(f"model.net.dropout={dropout} must be in [0, 1)")
-    if not 0 < dropout_decay_rate <= 1:
-        fail(f"model.net.dropout_decay_rate={dropout_decay_rate} must be in (0, 1]")
-    if diff_penalty < 0:
-        fail(f"model.net.diff_penalty={diff_penalty} must be >= 0")

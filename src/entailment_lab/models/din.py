@@ -87,14 +87,18 @@ Analysis maps (``return_details=True``), for heat maps like the paper's Fig. 2 a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from entailment_lab.errors import ConfigError
+from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import count_trainable_parameters, masked_mean
 
+GATES = ("z (update)", "r (reset)", "h (candidate)")  # rows of the gate-change map (Fig. 3)
 VARIANTS = ("din1", "din2", "static")
 CHOICES = {  # the reading knobs and their allowed values (module docstring), default first
     "variant": VARIANTS,
@@ -437,17 +441,16 @@ def _step_change(W: torch.Tensor, W0: torch.Tensor) -> torch.Tensor:
     return (W - prev).norm(dim=-1).transpose(1, 2)
 
 
-class DIN(nn.Module):
+class DIN(Network):
     """The Dynamic Interactive Network: ``variant`` "din1", "din2" or "static" (Table 2 row 18).
 
     See the module docstring for the architecture, every ambiguity of the paper's text and the
     knob that selects each reading.
     """
 
-    @staticmethod
-    def validate_config(dim: int, **knobs: object) -> None:
-        """Config checks that need no data (``dim`` and the reading knobs); the backbone runs
-        them before reading any data, the constructor again."""
+    @classmethod
+    def validate_config(cls, *, dim: int, **knobs: Any) -> None:
+        """``dim`` is a perfect square; every reading knob is one of its choices."""
         m = math.isqrt(dim) if isinstance(dim, int) and dim > 0 else 0
         if m * m != dim or m == 0:
             raise ConfigError(
@@ -474,7 +477,7 @@ class DIN(nn.Module):
     ) -> None:
         super().__init__()
         self.validate_config(
-            dim, variant=variant, din1_weights=din1_weights, din2_weights=din2_weights,
+            dim=dim, variant=variant, din1_weights=din1_weights, din2_weights=din2_weights,
             din2_input=din2_input, static_input=static_input,
             interaction_init=interaction_init, fc_activation=fc_activation,
         )
@@ -549,6 +552,21 @@ class DIN(nn.Module):
             result["premise_mask"] = premise_mask
             result["hypothesis_mask"] = hypothesis_mask
         return result
+
+    def heatmaps(self, details: Mapping[str, torch.Tensor], premise: Sequence[str],
+                 hypothesis: Sequence[str], index: int = 0) -> dict[str, HeatMap]:
+        """The paper's Fig. 2 (‖W^t_τ‖ over the premise) and Fig. 3 (gate-weight changes)."""
+        lp, lh = len(premise), len(hypothesis)
+        norms = details["interaction_norms"][index, :lh, :lp].detach().float().cpu()
+        change = details["gate_change"][index, :, :lh].detach().float().cpu()
+        return {
+            "interaction": HeatMap(norms, list(hypothesis), list(premise),
+                                   "Interaction ‖W^t_τ‖ (Fig. 2)", "premise word τ",
+                                   "hypothesis word t", "min-max over premise"),
+            "gates": HeatMap(change, list(GATES), list(hypothesis),
+                             "Change of generated gate weights (Fig. 3)", "hypothesis word t",
+                             "gate", "normalised change"),
+        }
 
     def interact_and_control(
         self,

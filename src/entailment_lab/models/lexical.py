@@ -55,11 +55,13 @@ Parameters (trainable; with 3 classes, defaults)::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 from entailment_lab.errors import ConfigError
+from entailment_lab.models.base import Network
 
 DENSE_FEATURE_NAMES = ("bleu", "length_difference", "overlap_count", "overlap_fraction")
 
@@ -211,7 +213,7 @@ def dense_features(
     return torch.stack(columns, dim=1)  # (B, n_dense)
 
 
-class LexicalClassifier(nn.Module):
+class LexicalClassifier(Network):
     """Bowman et al. (2015) §3.2 lexicalized classifier: logistic regression on lexical features.
 
     ``logits = bag(hashed indicators) + W_dense · dense features + bias``. The ``embedding``
@@ -219,9 +221,10 @@ class LexicalClassifier(nn.Module):
     All weights start at zero (the loss is convex; zero is sklearn's starting point too).
     """
 
-    @staticmethod
-    def validate_config(**net_config: object) -> None:
-        """Checks of the knobs that need no data (run by the backbone, and by the constructor)."""
+    @classmethod
+    def validate_config(cls, **net_config: Any) -> None:
+        """Bucket count, n-gram and bucket sizes, the cross-bigram choice, ``l2`` >= 0, and at
+        least one feature family on."""
         num_buckets = net_config.get("num_buckets", 2**20)
         if not isinstance(num_buckets, int) or not 1 <= num_buckets <= _PRIME:
             raise ConfigError(f"model.net.num_buckets must be an integer in [1, 2**31 - 1], got "
@@ -240,6 +243,8 @@ class LexicalClassifier(nn.Module):
         if not any(net_config.get(name, name != "premise_unigrams") for name in families):
             raise ConfigError(f"model.net: every feature family is off; switch on at least one "
                               f"of {', '.join(families)}")
+        if net_config.get("l2", 0.0) < 0:
+            raise ConfigError(f"model.net.l2 must be >= 0, got {net_config['l2']}")
 
     def __init__(
         self,
@@ -265,8 +270,6 @@ class LexicalClassifier(nn.Module):
         l2: float = 0.0,
     ) -> None:
         super().__init__()
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
         self.validate_config(
             num_buckets=num_buckets, bleu=bleu, bleu_max_n=bleu_max_n,
             length_difference=length_difference, overlap=overlap,
@@ -274,10 +277,10 @@ class LexicalClassifier(nn.Module):
             overlap_fraction_bins=overlap_fraction_bins, new_words=new_words,
             hypothesis_unigrams=hypothesis_unigrams, hypothesis_bigrams=hypothesis_bigrams,
             cross_unigrams=cross_unigrams, cross_bigrams=cross_bigrams,
-            cross_bigram_pairs=cross_bigram_pairs, premise_unigrams=premise_unigrams,
+            cross_bigram_pairs=cross_bigram_pairs, premise_unigrams=premise_unigrams, l2=l2,
         )
-        if l2 < 0:
-            raise ConfigError(f"model.net.l2 must be >= 0, got {l2}")
+        if num_classes < 2:
+            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
         self.l2 = l2
         del embedding  # not used, and not stored: no word vectors in the checkpoint/optimiser
         self.num_buckets = num_buckets

@@ -7,11 +7,14 @@ classified from ``[u; v; |u - v|; u * v]`` by an MLP (Mou et al. 2016).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from entailment_lab.errors import ConfigError
+from entailment_lab.models.base import Network
 from entailment_lab.models.common import PairFeatureClassifier
 
 
@@ -32,7 +35,7 @@ class LSTMEncoder(nn.Module):
         return h_n[-1]
 
 
-class LSTMEncoderClassifier(nn.Module):
+class LSTMEncoderClassifier(Network):
     """Table 2 row 1: shared LSTM encoder + matching features + MLP."""
 
     def __init__(
@@ -45,13 +48,24 @@ class LSTMEncoderClassifier(nn.Module):
         dropout: float = 0.1,
     ) -> None:
         super().__init__()
-        if not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ConfigError(f"dim (the LSTM hidden size) must be a positive integer, got "
-                              f"{hidden_size!r}; e.g. dim=128")
+        self.validate_config(hidden_size=hidden_size, mlp_size=mlp_size, mlp_layers=mlp_layers,
+                             dropout=dropout)
         self.embedding = embedding
         self.encoder = LSTMEncoder(embedding, hidden_size, dropout)
         self.classifier = PairFeatureClassifier(hidden_size, mlp_size, num_classes,
                                                 num_layers=mlp_layers, dropout=dropout)
+
+    @classmethod
+    def validate_config(cls, *, hidden_size: int, mlp_size: int, mlp_layers: int,
+                        dropout: float, **_: Any) -> None:
+        if not isinstance(hidden_size, int) or hidden_size < 1:
+            raise ConfigError(f"dim (the LSTM hidden size) must be a positive integer, got "
+                              f"{hidden_size!r}; e.g. dim=128")
+        if mlp_size < 1 or mlp_layers < 0:
+            raise ConfigError(f"model.net.mlp_size must be >= 1 and mlp_layers >= 0, got "
+                              f"{mlp_size}, {mlp_layers}")
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}")
 
     def forward(
         self,

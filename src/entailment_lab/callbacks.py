@@ -1,0 +1,142 @@
+"""What a run records, as a Lightning callback: ``results.json`` and the W&B run summary.
+
+The pipeline only orchestrates (build, fit, test); this callback writes down what happened,
+as lightning-hydra-template keeps ``train.py`` free of side effects.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.loggers import WandbLogger
+
+from entailment_lab.results import ResultsFile, clean_number
+
+log = logging.getLogger(__name__)
+
+
+class ResultsRecorder(L.Callback):
+    """Keep ``results.json`` (and the W&B summary) current through one training job.
+
+    - fit start: the parameter counts; the resolved config and the counts as every logger's
+      hyper-parameters; the W&B run id (also stored in checkpoints, so resuming continues the
+      same W&B run);
+    - every training epoch: a ``history`` row (``train/acc``, ``train/loss_epoch``, and
+      ``val/acc``, ``val/loss`` on validated epochs), kept in checkpoints so a resumed run
+      has its whole validation curve (``src/curves.py``);
+    - fit end: the last train/val metrics, ``train/acc_at_best``, the epochs run and the best
+      checkpoint;
+    - each test loop: its metrics (``test/*``, or ``train/*_eval`` when the module evaluates
+      the training split) and, for the test split, the confusion matrix (a W&B table too).
+
+    ``metrics`` holds everything recorded so far; ``pipeline.train`` returns it.
+    """
+
+    HISTORY_TRAIN = ("train/acc", "train/loss_epoch")
+    HISTORY_VAL = ("val/acc", "val/loss")
+
+    def __init__(self, results: ResultsFile, config: dict[str, Any]) -> None:
+        self.results = results
+        self.config = config
+        self.history: list[dict[str, Any]] = []
+        self.metrics: dict[str, float | int | None] = {}
+        self.wandb_run_id: str | None = None
+        self._validated = False
+
+    # --- fit ---------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        params = pl_module.parameter_summary()
+        log.info("parameters (trainable, without word embeddings): %s", params)
+        self.results.update(params={k.removeprefix("params/"): v for k, v in params.items()})
+        for lg in trainer.loggers:
+            lg.log_hyperparams({**self.config, **params})
+        for lg in _wandb(trainer):
+            lg.experiment.summary.update(params)
+            self.wandb_run_id = lg.version
+            self.results.update(wandb_run_id=lg.version, wandb_group=lg.experiment.group or None)
+        self._save(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validated = not trainer.sanity_checking
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Validation runs inside the training epoch, so its metrics are already here; an
+        # epoch without validation (check_val_every_n_epoch > 1) records training only.
+        keys = self.HISTORY_TRAIN + (self.HISTORY_VAL if self._validated else ())
+        row: dict[str, Any] = {"epoch": trainer.current_epoch}
+        row.update(_numbers(trainer, keys))
+        self.history.append(row)
+        self._validated = False
+        self.results.update(history=self.history)
+        self._save(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.metrics.update(_numbers(trainer, prefixes=("train/", "val/")))
+        self.metrics["train/acc_at_best"] = clean_number(pl_module.train_acc_at_best)
+        self.metrics["epochs"] = trainer.current_epoch
+        checkpoint = trainer.checkpoint_callback
+        best = getattr(checkpoint, "best_model_path", "") if checkpoint else ""
+        self.results.update(history=self.history, best_checkpoint=best or None,
+                            metrics=self.metrics)
+        self._save(trainer)
+
+    # --- test --------------------------------------------------------------------------------
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        loss_name, acc_name = pl_module.eval_names
+        metrics = _numbers(trainer, (loss_name, acc_name))
+        if pl_module.eval_split == "test":
+            metrics.update(_numbers(trainer, prefixes=("test/",)))
+            confusion = pl_module.test_confusion.compute().tolist()
+            self.results.update(test_confusion_matrix=confusion, labels=pl_module.label_names)
+            if trainer.is_global_zero:
+                _log_confusion(trainer, confusion, pl_module.label_names)
+        self.metrics.update(metrics)
+        self.results.update(metrics=self.metrics)
+        if trainer.is_global_zero:
+            for lg in _wandb(trainer):
+                lg.experiment.summary.update({k: v for k, v in metrics.items() if v is not None})
+        self._save(trainer)
+
+    # --- checkpoints -------------------------------------------------------------------------
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        from entailment_lab.module import CHECKPOINT_KEY
+
+        if self.wandb_run_id:  # read by the pipeline before resuming (ckpt_path=)
+            checkpoint.setdefault(CHECKPOINT_KEY, {})["wandb_run_id"] = self.wandb_run_id
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}  # resuming from last.ckpt keeps the earlier epochs
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict.get("history", state_dict.get("rows", [])))
+
+    def _save(self, trainer: L.Trainer) -> None:
+        if trainer.is_global_zero:
+            self.results.save()
+
+
+def _wandb(trainer: L.Trainer) -> list[WandbLogger]:
+    return [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+
+
+def _numbers(trainer: L.Trainer, keys: tuple[str, ...] = (),
+             prefixes: tuple[str, ...] = ()) -> dict[str, float | None]:
+    """``trainer.callback_metrics`` named in ``keys`` or starting with one of ``prefixes``."""
+    return {k: clean_number(v) for k, v in trainer.callback_metrics.items()
+            if k in keys or (prefixes and k.startswith(prefixes))}
+
+
+def _log_confusion(trainer: L.Trainer, confusion: list[list[int]], labels: list[str]) -> None:
+    loggers = _wandb(trainer)
+    if not loggers:
+        return
+    import wandb
+
+    rows = [[gold, pred, confusion[i][j]] for i, gold in enumerate(labels)
+            for j, pred in enumerate(labels)]
+    for lg in loggers:
+        lg.experiment.log({"test/confusion_matrix": wandb.Table(
+            columns=["gold", "predicted", "count"], data=rows)})
