@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,10 +17,12 @@ import pytest
 from entailment_lab.errors import UserError
 from entailment_lab.paper_tables import TABLE2, parse_count
 from entailment_lab.report import (
+    check_wandb_reachable,
     find_job_folders,
     jobs_from_wandb_runs,
     make_report,
 )
+from entailment_lab.report.collect import process_alive
 from tests.conftest import REPO
 
 NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -290,7 +293,7 @@ def test_wandb_runs_already_read_from_folders_count_once(monkeypatch, tmp_path):
             assert path == "e/p" and filters == {"group": "g"} and lazy is False
             return [run("r0", 1), run("r1", 2)]
 
-    monkeypatch.setattr("entailment_lab.report.check_wandb_reachable", lambda: None)
+    monkeypatch.setattr("entailment_lab.report.wandb_runs.check_wandb_reachable", lambda: None)
     monkeypatch.setitem(sys.modules, "wandb", SimpleNamespace(Api=FakeApi))
     report = make_report([tmp_path], wandb_project="e/p", wandb_group="g", plot=False)
     row17 = next(r for r in report.tables[0].rows if r.label == "17")
@@ -305,3 +308,32 @@ def test_wandb_runs_already_read_from_folders_count_once(monkeypatch, tmp_path):
 def test_cli_argument_errors(args, message):
     proc = run_cli(*args)
     assert proc.returncode == 1 and message in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_failed_plot_writes_no_report_files(monkeypatch, sweep):
+    def fail(tables):
+        raise RuntimeError("no renderer")
+
+    monkeypatch.setattr("entailment_lab.report.plot.plot_png", fail)
+    with pytest.raises(RuntimeError, match="no renderer"):
+        make_report([sweep / "multirun"], out=sweep / "out")
+    assert not (sweep / "out").exists() or not any((sweep / "out").iterdir())
+
+
+def test_wandb_server_that_never_answers_times_out(monkeypatch):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts the connection, never answers
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    start = time.monotonic()
+    with listener, pytest.raises(UserError, match="within 0.5 s: timed out"):
+        check_wandb_reachable(timeout=0.5)
+    assert time.monotonic() - start < 3
+
+
+def test_a_reused_pid_makes_a_running_job_stale():
+    old = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600))
+    assert process_alive(os.getpid(), NOW)
+    assert not process_alive(os.getpid(), old)  # this process started after the job
+    assert not process_alive(dead_pid(), NOW) and not process_alive(None, NOW)

@@ -87,14 +87,14 @@ def explain_pair(module: L.LightningModule, vocab: Vocabulary, premise: str, hyp
 def save_figures(figures: Mapping[str, Figure], folder: str | Path, prefix: str = "",
                  dpi: float | None = None) -> list[Path]:
     """Write each figure as ``<prefix><name>.png`` (atomically) and close it."""
+    from entailment_lab.files import write_figure_atomic
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, fig in figures.items():
         path = folder / f"{prefix}{name}.png"
-        tmp = path.with_name(f".{path.name}.tmp.png")
-        fig.savefig(tmp, dpi=dpi or "figure")
-        tmp.replace(path)
+        write_figure_atomic(path, fig, dpi=dpi)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -17,17 +17,10 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 
+from entailment_lab.files import write_text_atomic
+
 RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 1
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename it over ``path``: a reader
-    (or a crash) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -1,0 +1,51 @@
+"""A training job as the report sees it, whatever it was read from.
+
+``collect`` fills ``Job`` from a job folder (``results.json``, else ``.hydra/``), ``wandb_runs``
+from a W&B run; the statuses below are the words the tables count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from entailment_lab.paper_tables import PaperRow
+
+COMPLETED, RUNNING, STALE, FAILED, MISSING = (
+    "completed", "running", "stale (process gone)", "failed", "no results.json")
+
+
+@dataclass
+class Job:
+    """One training job as the report sees it (from ``results.json``, ``.hydra/`` or W&B)."""
+
+    folder: str
+    status: str
+    task: str | None = "train"
+    model: str | None = None
+    dim: int | None = None
+    seed: int | None = None
+    data: str | None = None
+    tags: list[str] = field(default_factory=list)
+    choices: dict[str, Any] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)
+    params: int | None = None  # trainable, without word embeddings
+    params_paper: int | None = None  # the paper's counting convention, where defined
+    train: float | None = None  # % train accuracy in the best-validation epoch (dropout on)
+    train_eval: float | None = None  # % train accuracy of the best checkpoint, eval mode
+    val: float | None = None  # % best validation accuracy
+    test: float | None = None  # % test accuracy of the best-validation checkpoint
+    error: str | None = None
+    wandb_id: str | None = None  # the W&B run, so a run read twice (folder + API) counts once
+    row: PaperRow | None = None
+    note: str | None = None  # why the job landed in a row other than the one it declares
+
+
+def percent(value: Any) -> float | None:
+    """A stored accuracy (0–1) as a percentage; ``None`` stays ``None``."""
+    return None if value is None else 100.0 * float(value)
+
+
+def first_line(text: str | None) -> str | None:
+    """The first line of an error (at most 200 characters), ``None`` for no text."""
+    return text.strip().splitlines()[0][:200] if text and text.strip() else None

@@ -1,0 +1,58 @@
+"""Match a job to the paper row it reproduces.
+
+A job declares its row (``experiment=table2/row17``, or tags ``table2``, ``row17``); a job that
+declares none counts under the row its (model, dim) implements. When the declaration and the
+config that ran disagree, what ran wins and the job carries a note saying so.
+"""
+
+from __future__ import annotations
+
+import re
+
+from entailment_lab.paper_tables import ALL_ROWS, PaperRow
+from entailment_lab.report.job import Job
+
+_EXPERIMENT_ROW = re.compile(r"(?:^|/)(?P<table>\w+)/row(?P<row>\d+)$")
+_TAG_ROW = re.compile(r"^row(\d+)$")
+_TABLE_IDS = sorted({r.table for r in ALL_ROWS})
+
+
+def _lookup(table: str, row: int) -> PaperRow | None:
+    return next((r for r in ALL_ROWS if r.table == table and r.row == row), None)
+
+
+def declared_row(job: Job) -> PaperRow | None:
+    """The row a job says it reproduces: ``experiment=table2/row17``, else tags ``row17``."""
+    experiment = job.choices.get("experiment")
+    match = _EXPERIMENT_ROW.search(experiment) if isinstance(experiment, str) else None
+    if match:
+        return _lookup(match["table"], int(match["row"]))
+    rows = [int(m[1]) for t in job.tags if (m := _TAG_ROW.match(str(t)))]
+    if rows:
+        table = next((t for t in job.tags if t in _TABLE_IDS), "table2")
+        return _lookup(table, rows[0])
+    return None
+
+
+def row_by_config(job: Job) -> PaperRow | None:
+    """The row our (model, dim) implements, preferring the row on the job's data set."""
+    candidates = [r for r in ALL_ROWS
+                  if r.model is not None and r.model == job.model and r.dim in (None, job.dim)]
+    same_data = [r for r in candidates if r.data == job.data]
+    return (same_data or candidates or [None])[0]
+
+
+def match_row(job: Job) -> tuple[PaperRow | None, str | None]:
+    """The row a job counts under, and a note when its declaration and its config disagree.
+
+    A declared row wins when it is consistent with what ran; ``experiment=table2/row17
+    model=din2`` ran DIN-2, so it counts under DIN-2's row, with a note.
+    """
+    declared, configured = declared_row(job), row_by_config(job)
+    if declared is None:
+        return configured, None
+    if job.model is None or (declared.model == job.model and declared.dim in (None, job.dim)):
+        return declared, None
+    where = f"row {configured.label}" if configured else "no paper row"
+    return configured, (f"declares row {declared.label} ({declared.model} d={declared.dim}) but "
+                        f"ran {job.model} d={job.dim}; counted under {where}")

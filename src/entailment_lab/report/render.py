@@ -1,0 +1,171 @@
+"""The report as text: Markdown (``report.md``) and CSV (``report.csv``).
+
+Both are rendered in memory by pandas (``to_markdown`` through tabulate, ``to_csv``) and
+written by the caller, so a failure leaves no half-written report. The CSV columns are an
+interface: docs and CI scripts read them by name.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from entailment_lab.report.aggregate import mixed_settings_notes
+from entailment_lab.report.job import COMPLETED, Job
+from entailment_lab.report.tables import Table
+
+CSV_COLUMNS = (
+    "data", "layout", "row", "paper_table", "paper_row", "description", "model", "dim",
+    "paper_para", "paper_para_count", "params_trainable", "params_paper_convention",
+    "paper_train", "paper_test", "train_mean", "train_std", "train_n", "train_eval_mean",
+    "train_eval_std", "val_mean", "test_mean",
+    "test_std", "test_n", "delta_test", "status", "completed", "running", "stale", "failed",
+    "no_results", "seeds", "folders",
+)
+_PAIR_HEADER = ["#", "model", "Para (paper)", "params (ours)", "params (paper conv.)",
+                "train % (paper)", "test % (paper)", "train % (ours)", "train % eval (ours)",
+                "test % (ours)", "Δ test", "runs"]
+_SENTENCE_HEADER = ["#", "model", "params (ours)", "test % (paper)", "train % (ours)",
+                    "train % eval (ours)", "test % (ours)", "Δ test", "runs"]
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table of the cells as given: no number parsing, no padding, ``|`` escaped."""
+    cells = [[str(c).replace("|", "\\|") for c in row] for row in rows]
+    return pd.DataFrame(cells, columns=list(header)).to_markdown(
+        index=False, disable_numparse=True, stralign=None, numalign=None)
+
+
+def _table_markdown(table: Table) -> str:
+    cells = []
+    for rr in table.rows:
+        paper = rr.paper if rr.comparable else None
+        ours = ([str(rr.train), str(rr.train_eval), str(rr.test)] if rr.completed
+                else ["", "", ""])
+        delta = "" if not rr.completed else "–" if rr.delta is None else f"{rr.delta:+.2f}"
+        if table.layout == "pair":
+            cells.append([rr.label, rr.description, (rr.paper.para if rr.paper else None) or "–",
+                          rr.params(), rr.params("params_paper"),
+                          _fmt(paper.train if paper else None), _fmt(paper.test if paper else None),
+                          *ours, delta, rr.status])
+        else:
+            cells.append([rr.label, rr.description, rr.params(),
+                          _fmt(paper.test if paper else None), *ours, delta, rr.status])
+    return _md_table(_PAIR_HEADER if table.layout == "pair" else _SENTENCE_HEADER, cells)
+
+
+def title(table: Table) -> str:
+    """The table's heading: its data set and the paper its rows come from."""
+    if table.layout == "sentence":
+        source = "DCNN (Kalchbrenner et al. 2014)"
+    else:
+        source = "Table 2 of Huo & Liu (DIN) + DIIN"
+    if not any(rr.comparable for rr in table.rows):
+        source += f"; the paper's accuracies are not for {table.data}, so none are shown"
+    return f"## {table.data.upper()} — {source}"
+
+
+def _display(folder: str) -> str:
+    """A folder relative to the cwd when it is below it, else as given (W&B URLs too)."""
+    path = Path(folder)
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else folder
+
+
+def _job_config(job: Job) -> str:
+    parts = [job.model, job.dim is not None and f"d={job.dim}",
+             job.seed is not None and f"seed={job.seed}", job.data]
+    return " ".join(str(p) for p in parts if p) or "?"
+
+
+def _notes(tables: Sequence[Table], jobs: Sequence[Job]) -> list[str]:
+    notes = [f"`{_display(j.folder)}`: {j.note}" for j in jobs if j.note]
+    notes += mixed_settings_notes(tables)
+    other = [j for j in jobs if j.task not in (None, "train")]
+    if other:
+        tasks = ", ".join(sorted({str(j.task) for j in other}))
+        notes.append(f"{len(other)} job(s) of other tasks ({tasks}) are not in the tables")
+    unplaced = [j for j in jobs if j.task in (None, "train") and not (j.data or j.model)]
+    if unplaced:
+        notes.append(f"{len(unplaced)} job(s) could not be placed in a table (no results.json "
+                     "and no .hydra/ config); listed below")
+    return notes
+
+
+def render_markdown(tables: Sequence[Table], jobs: Sequence[Job], sources: Sequence[str]) -> str:
+    """The whole report as Markdown: one table per data set, then the jobs that did not finish."""
+    statuses = Counter(j.status for j in jobs).most_common()  # ties: first seen first
+    summary = ", ".join(f"{n} {s}" for s, n in statuses)
+    out = ["# Results report", "",
+           f"{len(jobs)} jobs from {', '.join(f'`{s}`' for s in sources)}: {summary}.", "",
+           "Ours: accuracy of the checkpoint with the best validation accuracy (train = running "
+           "training accuracy of that epoch, dropout on; train eval = that checkpoint on the "
+           "training split in eval mode, what the model fits), mean ± sample std (n = "
+           "completed runs); Δ test = ours − "
+           "paper, in points. Params: trainable, without word embeddings; *paper conv.*: the "
+           "same count under the convention that reproduces the paper's Para (DIN: GRUs counted "
+           "with two weight blocks). Running jobs are counted in *runs*, not in the means.", ""]
+    for table in tables:
+        out += [title(table), "", _table_markdown(table), ""]
+    notes = _notes(tables, jobs)
+    if notes:
+        out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    unfinished = [j for j in jobs if j.status != COMPLETED]
+    out += ["## Jobs that did not complete", ""]
+    if unfinished:
+        out.append(_md_table(
+            ["folder", "status", "config", "row", "error"],
+            [[f"`{_display(j.folder)}`", j.status, _job_config(j),
+              j.row.label if j.row else "–", j.error or ""] for j in unfinished]))
+    else:
+        out.append("None: every job completed.")
+    return "\n".join(out) + "\n"
+
+
+def _num(value: float | None) -> str | float:
+    return "" if value is None else round(value, 4)
+
+
+def _count_range(text: str) -> str:
+    """``1289203`` or ``1289203-1300000`` for the CSV (no dash when there is no count)."""
+    return text.replace("–", "-").strip("-")
+
+
+def csv_rows(tables: Sequence[Table]) -> list[dict[str, Any]]:
+    """One dict per table row (incl. "not run" rows); accuracies in %, blanks as ''."""
+    out = []
+    for table in tables:
+        for rr in table.rows:
+            p = rr.paper
+            out.append({
+                "data": table.data, "layout": table.layout, "row": rr.label,
+                "paper_table": p.table if p else "", "paper_row": p.row if p else "",
+                "description": p.description if p else "", "model": rr.config.split(" ")[0],
+                "dim": (p.dim if p else rr.dim) or "", "paper_para": (p.para if p else "") or "",
+                "paper_para_count": (p.para_count if p else "") or "",
+                "params_trainable": _count_range(rr.params(sep="")),
+                "params_paper_convention": _count_range(rr.params("params_paper", sep="")),
+                "paper_train": (p.train if rr.comparable else "") or "",
+                "paper_test": p.test if rr.comparable else "",
+                "train_mean": _num(rr.train.mean), "train_std": _num(rr.train.std),
+                "train_n": rr.train.n, "train_eval_mean": _num(rr.train_eval.mean),
+                "train_eval_std": _num(rr.train_eval.std), "val_mean": _num(rr.val.mean),
+                "test_mean": _num(rr.test.mean), "test_std": _num(rr.test.std),
+                "test_n": rr.test.n, "delta_test": _num(rr.delta), "status": rr.status,
+                **rr.counts(), "seeds": " ".join(map(str, rr.seeds)),
+                "folders": " ".join(_display(j.folder) for j in rr.jobs),
+            })
+    return out
+
+
+def render_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """``csv_rows`` as CSV text, columns in ``CSV_COLUMNS`` order."""
+    return pd.DataFrame(list(rows), columns=list(CSV_COLUMNS)).to_csv(index=False,
+                                                                     lineterminator="\n")

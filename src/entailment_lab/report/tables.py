@@ -1,0 +1,160 @@
+"""The report's tables: one per data set, each paper row once, in the paper's order.
+
+A ``RowResult`` is one line of a table: a paper row (or a config with no paper row) with the
+jobs that count under it, their seed statistics (``aggregate``) and the words that describe it.
+Rows that were not run stay in the table, so a partial sweep reads as partial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from entailment_lab.paper_tables import (
+    ALL_ROWS,
+    PAIR_ROWS,
+    SENTENCE_DATA,
+    SENTENCE_MODELS,
+    SENTENCE_ROWS,
+    PaperRow,
+)
+from entailment_lab.report.aggregate import Stat, seed_stats
+from entailment_lab.report.job import COMPLETED, MISSING, RUNNING, STALE, Job
+
+
+def _stat(metric: str) -> property:
+    """A row's ``Stat`` of one metric over its completed jobs (empty before aggregation)."""
+    return property(lambda row: row.stats.get(metric, Stat()))
+
+
+@dataclass
+class RowResult:
+    """One line of a report table: a paper row (or an unmatched config) and its jobs."""
+
+    data: str
+    paper: PaperRow | None
+    model: str | None
+    dim: int | None
+    jobs: list[Job] = field(default_factory=list)
+    stats: dict[str, Stat] = field(default_factory=dict)  # per metric, set by build_tables
+
+    @property
+    def comparable(self) -> bool:
+        """Whether the paper's accuracy is for this data set (a SICK run is not SNLI's)."""
+        return self.paper is not None and self.paper.data == self.data
+
+    def _count(self, *statuses: str) -> int:
+        return sum(j.status in statuses for j in self.jobs)
+
+    @property
+    def completed(self) -> list[Job]:
+        return [j for j in self.jobs if j.status == COMPLETED]
+
+    train = _stat("train")
+    train_eval = _stat("train_eval")
+    val = _stat("val")
+    test = _stat("test")
+
+    @property
+    def delta(self) -> float | None:
+        if not self.comparable or self.test.mean is None:
+            return None
+        return self.test.mean - self.paper.test
+
+    def params(self, key: str = "params", sep: str = ",") -> str:
+        """Our parameter count (``1,289,203``); a range if the jobs disagree (other settings)."""
+        counts = sorted({getattr(j, key) for j in self.jobs if getattr(j, key) is not None})
+        text = [f"{c:,}".replace(",", sep) for c in counts]
+        return "–" if not counts else text[0] if len(counts) == 1 else f"{text[0]}–{text[-1]}"
+
+    def counts(self) -> dict[str, int]:
+        return {"completed": self._count(COMPLETED), "running": self._count(RUNNING),
+                "stale": self._count(STALE), "failed": len(self.jobs) - self._count(
+                    COMPLETED, RUNNING, STALE, MISSING), "no_results": self._count(MISSING)}
+
+    @property
+    def status(self) -> str:
+        """'3 done, 1 running', 'failed (2)', 'not run', 'not implemented'."""
+        if not self.jobs:
+            implemented = self.paper is None or self.paper.implemented
+            return "not run" if implemented else "not implemented"
+        counts = self.counts()
+        if counts["failed"] == len(self.jobs):
+            return f"failed ({counts['failed']})"
+        words = {"completed": "done", "running": "running", "stale": "stale (process gone)",
+                 "failed": "failed", "no_results": "no results.json"}
+        return ", ".join(f"{n} {words[k]}" for k, n in counts.items() if n)
+
+    @property
+    def label(self) -> str:
+        return self.paper.label if self.paper else "–"
+
+    @property
+    def config(self) -> str:
+        """Our config that ran (or would run) this row: ``din1 d=400``."""
+        model = self.model or (self.paper.model if self.paper else None)
+        dim = self.dim if self.paper is None else self.paper.dim
+        if model is None:
+            return ""
+        return f"{model} d={dim}" if dim is not None else model
+
+    @property
+    def description(self) -> str:
+        if self.paper is None:
+            return f"{self.config} (no paper row)"
+        return f"{self.paper.description} ({self.config})" if self.config else \
+            self.paper.description
+
+    @property
+    def seeds(self) -> list[Any]:
+        return sorted({j.seed for j in self.completed if j.seed is not None}, key=str)
+
+
+@dataclass
+class Table:
+    """All rows for one data set, in the paper's order, unmatched configs last."""
+
+    data: str
+    layout: str  # "pair" (Table 2) or "sentence" (DCNN)
+    rows: list[RowResult]
+
+
+def layout_of(data: str, jobs: Sequence[Job]) -> str:
+    """Sentence data (SST, TREC) get the DCNN layout, sentence pairs Table 2's."""
+    if data in SENTENCE_DATA or (jobs and all(j.model in SENTENCE_MODELS for j in jobs)):
+        return "sentence"
+    return "pair"
+
+
+def build_tables(jobs: Sequence[Job]) -> list[Table]:
+    """One table per data set among the training jobs; each paper row once, in order."""
+    by_data: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.task in (None, "train") and (job.data or job.model):
+            by_data.setdefault(job.data or "unknown", []).append(job)
+    tables = []
+    for data, data_jobs in by_data.items():
+        layout = layout_of(data, data_jobs)
+        if layout == "sentence":
+            base = [r for r in SENTENCE_ROWS if r.data == data]
+        else:  # the paper's own data set shows every row; others only what we can run
+            base = [r for r in PAIR_ROWS if data == "snli" or r.implemented]
+        rows = {r: RowResult(data, r, r.model, r.dim) for r in base}
+        extra: dict[tuple[Any, ...], RowResult] = {}
+        for job in data_jobs:
+            if job.row is not None:
+                rows.setdefault(job.row, RowResult(data, job.row, job.row.model, job.row.dim))
+                rows[job.row].jobs.append(job)
+            else:
+                key = (str(job.model), str(job.dim))
+                extra.setdefault(key, RowResult(data, None, job.model, job.dim)).jobs.append(job)
+        order = {r: i for i, r in enumerate(ALL_ROWS)}
+        ordered = sorted(rows.values(), key=lambda rr: order[rr.paper])
+        ordered += [extra[k] for k in sorted(extra)]
+        for rr, stats in zip(ordered, seed_stats([rr.completed for rr in ordered]), strict=True):
+            rr.stats = stats
+        tables.append(Table(data, layout, ordered))
+    rank = {"snli": 0}
+    tables.sort(key=lambda t: (t.layout == "sentence", rank.get(t.data, 1), t.data))
+    return tables
