@@ -93,7 +93,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from entailment_lab.errors import ConfigError
-from entailment_lab.models.common import count_trainable_parameters, masked_mean
+from entailment_lab.models.common import (
+    count_trainable_parameters,
+    longest_first,
+    masked_mean,
+    run_packed,
+    scatter_rows,
+)
 
 VARIANTS = ("din1", "din2", "static")
 CHOICES = {  # the reading knobs and their allowed values (module docstring), default first
@@ -133,42 +139,6 @@ def minmax_normalise(
     span = hi - lo
     scaled = (values - lo) / torch.where(span > 0, span, torch.ones_like(span))
     return torch.where(mask & (span > 0), scaled, torch.zeros_like(values))
-
-
-def scatter_rows(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The inverse of ``x[mask]``: rows (N, ...) -> (batch, len, ...), zeros where mask is False.
-
-    Position-wise layers run on the N real positions only (``x[mask]``) and scatter back, so
-    padding costs no compute.
-    """
-    return rows.new_zeros(*mask.shape, *rows.shape[1:]).index_put((mask,), rows)
-
-
-def longest_first(lengths: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int]]:
-    """Order of rows by ``lengths``, longest first, and how many rows still run at each step.
-
-    With the rows in this order, those still inside their sequence at step s are the first
-    ``running[s]`` (the idea of ``pack_padded_sequence``): a recurrence updates only that
-    prefix, so padding is never computed.
-    """
-    order = torch.argsort(lengths, descending=True, stable=True)
-    steps_range = torch.arange(steps, device=lengths.device)
-    running = (lengths[None, :] > steps_range[:, None]).sum(dim=1)  # (steps,), non-increasing
-    return order, running.tolist()
-
-
-def run_packed(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Run a batch-first ``gru`` over right-padded ``x`` (batch, len, in) as a packed sequence.
-
-    Padded steps are skipped (outputs 0 there); real steps are as in the unpacked run.
-    """
-    packed = nn.utils.rnn.pack_padded_sequence(
-        x, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
-    )
-    out, _ = nn.utils.rnn.pad_packed_sequence(
-        gru(packed)[0], batch_first=True, total_length=x.shape[1]
-    )
-    return out
 
 
 class Transformation(nn.Module):
@@ -220,7 +190,6 @@ class Interaction(nn.Module):
         Padded hypothesis positions get a zero matrix. With ``return_norms`` also
         ``‖W^t_τ‖_F`` (batch, len_h, len_p), 0 at padded positions.
         """
-        batch, len_h, m, _ = W_h.shape
         len_p = W_p.shape[1]
         # The N = Σ ℓ_H real rows, sorted by their premise's length, longest first.
         b_idx, t_idx = hypothesis_mask.nonzero(as_tuple=True)  # (N,) each
@@ -242,11 +211,11 @@ class Interaction(nn.Module):
             if return_norms:
                 norms.append(F.pad(state.flatten(1).norm(dim=1), (0, n_rows - n)))  # (N,)
         state = torch.cat([state, *reversed(finished)])  # W^t_{ℓ_P}, all N rows in order
-        out = W_h.new_zeros(batch, len_h, m, m).index_put((b_idx, t_idx), state)
+        out = scatter_rows(state, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, m, m)
         if not return_norms:
             return out, None
         norms_rows = torch.stack(norms, dim=1)  # (N, len_p)
-        return out, W_h.new_zeros(batch, len_h, len_p).index_put((b_idx, t_idx), norms_rows)
+        return out, scatter_rows(norms_rows, hypothesis_mask, (b_idx, t_idx))
 
 
 class MatrixControlGRU(nn.Module):

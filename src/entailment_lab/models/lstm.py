@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
 
 from entailment_lab.errors import ConfigError
-from entailment_lab.models.common import PairFeatureClassifier
+from entailment_lab.models.common import PairFeatureClassifier, pack
 
 
 class LSTMEncoder(nn.Module):
@@ -26,9 +25,7 @@ class LSTMEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = self.dropout(self.embedding(ids))  # (batch, len, d_emb)
-        lengths = mask.sum(dim=1).cpu()        # (batch,)
-        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        _, (h_n, _) = self.lstm(packed)        # h_n: (1, batch, hidden) at each true end
+        _, (h_n, _) = self.lstm(pack(x, mask))  # h_n: (1, batch, hidden) at each true end
         return h_n[-1]
 
 
