@@ -23,6 +23,7 @@ from entailment_lab.models.diin import (
     exact_match_feature,
     fit_length,
 )
+from tests.conftest import fits_exactly
 
 VOCAB = [
     "<pad>", "<unk>", "a", "man", "Man", "dog", "runs", "running", "n't", "not", "sleeps",
@@ -242,16 +243,9 @@ def test_overfits_random_pairs():
     p = torch.randint(2, len(vocab), (n, 8)) * (torch.arange(8) < lengths_p[:, None])
     h = torch.randint(2, len(vocab), (n, 6)) * (torch.arange(6) < lengths_h[:, None])
     labels = torch.randint(0, 3, (n,))
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
-    for _ in range(200):
-        optimizer.zero_grad()
-        logits = model(p, p != 0, h, h != 0)["logits"]
-        loss = F.cross_entropy(logits, labels) + model.regularization_loss()
-        loss.backward()
-        optimizer.step()
-        if (logits.argmax(-1) == labels).all():
-            break
+    assert fits_exactly(model, (p, p != 0, h, h != 0), labels, lr=3e-3, steps=200,
+                        regularized=True)
     model.eval()
     with torch.no_grad():
         accuracy = (model(p, p != 0, h, h != 0)["logits"].argmax(-1) == labels).float().mean()
