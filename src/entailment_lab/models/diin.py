@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from entailment_lab.errors import ConfigError
+from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.models.common import count_trainable_parameters, masked_softmax
 
 PAD_TOKEN = "<pad>"
@@ -278,8 +278,10 @@ class DIIN(nn.Module):
 
     Parameters beyond the model contract (``embedding``, ``num_classes``, ``vocab``):
 
-    - ``max_length``: premise and hypothesis are truncated / zero-padded to this many tokens so
-      the DenseNet's flatten has a fixed size (official ``seq_length=48``).
+    - ``sequence_length``: premise and hypothesis are zero-padded to this many tokens so the
+      DenseNet's flatten has a fixed size (official ``seq_length=48``). Its config value is
+      ``${data.max_length}``: the DataModule truncates, and a real token past this length is a
+      ``DataError`` here, never cut silently.
     - ``char_dim``, ``char_filters``, ``char_width``, ``max_word_length``: character feature
       (official 8, 100, 5, 16).
     - ``exact_match``: append the binary exact-match feature; ``exact_match_stem``: compare
@@ -306,7 +308,7 @@ class DIIN(nn.Module):
         embedding: nn.Embedding,
         num_classes: int,
         vocab: list[str],
-        max_length: int = 48,
+        sequence_length: int,
         char_dim: int = 8,
         char_filters: int = 100,
         char_width: int = 5,
@@ -332,7 +334,7 @@ class DIIN(nn.Module):
             embedding=embedding,
             num_classes=num_classes,
             vocab=vocab,
-            max_length=max_length,
+            sequence_length=sequence_length,
             char_dim=char_dim,
             char_filters=char_filters,
             char_width=char_width,
@@ -349,7 +351,7 @@ class DIIN(nn.Module):
             dropout_decay_steps=dropout_decay_steps,
             diff_penalty=diff_penalty,
         )
-        self.max_length = max_length
+        self.sequence_length = sequence_length
         self.use_exact_match = exact_match
         self.dropout = dropout
         self.dropout_decay_rate = dropout_decay_rate
@@ -381,7 +383,7 @@ class DIIN(nn.Module):
         # --- Feature extraction and output layers -------------------------------------------
         self.densenet = DenseNetExtractor(
             in_channels=d,
-            image_size=max_length,
+            image_size=sequence_length,
             scale_down=scale_down,
             first_kernel=first_scale_down_kernel,
             blocks=dense_blocks,
@@ -424,17 +426,23 @@ class DIIN(nn.Module):
         other_mask: torch.Tensor,
         dropout: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Embedding layer for one sentence, fitted to ``max_length``: (batch, L, d), (batch, L).
+        """Embedding layer for one sentence, padded to L = ``sequence_length``: (B, L, d), (B, L).
 
-        Exact match is computed on the full (untruncated) sentences, then everything is cut or
-        padded to ``max_length``.
+        Exact match is computed on the sentences as given, then everything is padded to ``L``.
+        Truncation is the DataModule's (``data.max_length``): a real token past ``L`` is an error.
         """
+        length = self.sequence_length
+        if mask.size(1) > length and bool(mask[:, length:].any()):
+            raise DataError(
+                f"DIIN: a sentence has more than {length} tokens, the length the model was built "
+                f"for (data.max_length); truncate it to {length} tokens"
+            )
         parts = []
         if self.use_exact_match:
             keys, other_keys = self.match_keys[ids], self.match_keys[other_ids]
             em = exact_match_feature(keys, mask, other_keys, other_mask)  # (batch, len, 1)
-            parts.append(fit_length(em, self.max_length))
-        ids, mask = fit_length(ids, self.max_length), fit_length(mask, self.max_length)
+            parts.append(fit_length(em, length))
+        ids, mask = fit_length(ids, length), fit_length(mask, length)
         words = F.dropout(self.embedding(ids), dropout, self.training)  # (batch, L, d_emb)
         chars = self.char_features(self.char_ids[ids], dropout)  # (batch, L, char_filters)
         x = torch.cat([words, chars, *parts], dim=-1)  # (batch, L, d)
@@ -453,15 +461,15 @@ class DIIN(nn.Module):
         With ``return_details``: ``interaction_norm`` ‖I_ij‖ (batch, p, h), the self-attention
         maps ``premise_attention`` (batch, p, p) / ``hypothesis_attention`` (batch, h, h), and the
         exact-match features (batch, p) / (batch, h); p and h are the input lengths capped at
-        ``max_length``.
+        ``sequence_length``. Columns past ``sequence_length`` may hold padding only.
         """
         if self.training:
             self.train_steps += 1
         dropout = self.current_dropout() if self.training else 0.0
-        len_p = min(premise.size(1), self.max_length)
-        len_h = min(hypothesis.size(1), self.max_length)
+        len_p = min(premise.size(1), self.sequence_length)
+        len_h = min(hypothesis.size(1), self.sequence_length)
 
-        # Embedding layer: x = [word; char; exact match], L = max_length
+        # Embedding layer: x = [word; char; exact match], L = sequence_length
         p, p_mask = self.embed(premise, premise_mask, hypothesis, hypothesis_mask, dropout)
         h, h_mask = self.embed(hypothesis, hypothesis_mask, premise, premise_mask, dropout)
 
@@ -531,7 +539,7 @@ def _check_config(
     embedding: nn.Embedding,
     num_classes: int,
     vocab: list[str],
-    max_length: int,
+    sequence_length: int,
     char_dim: int,
     char_filters: int,
     char_width: int,
@@ -578,10 +586,11 @@ def _check_config(
             f"model.net.max_word_length={max_word_length} must be >= "
             f"model.net.char_width={char_width} (the character convolution is 'valid')"
         )
-    if max_length < 2**dense_blocks:
+    if sequence_length < 2**dense_blocks:
         fail(
-            f"model.net.max_length={max_length} is too small for dense_blocks={dense_blocks}: "
-            f"each transition halves the interaction map, so it must be >= {2**dense_blocks}"
+            f"data.max_length={sequence_length} (the sentence length, model.net.sequence_length) "
+            f"is too small for dense_blocks={dense_blocks}: each transition halves the "
+            f"interaction map, so it must be >= {2**dense_blocks}"
         )
     if not 0 < scale_down <= 1:
         fail(f"model.net.scale_down={scale_down} must be in (0, 1]")
