@@ -133,7 +133,7 @@ def test_paper_convention_parameter_counts_match_table2(variant, dim, expected, 
     # The true count is larger: every GRU with static gates has a third weight block.
     assert model.parameter_count() > expected
     if variant == "din1" and dim == 256:
-        assert model.parameter_count() == 640_771  # SPEC.md's literal count
+        assert model.parameter_count() == 640_771  # the literal build (docs/models/din.md)
 
 
 @pytest.mark.parametrize("dim", [250, 0, -16, 17])

@@ -1,48 +1,11 @@
 """Dynamic Convolutional Neural Network (Kalchbrenner, Grefenstette & Blunsom, ACL 2014).
 
 A sentence is a d x s matrix (one column per word). Each layer: a wide 1-D convolution of every
-row with its own filters (Eq. 1, 5), summed over the input feature maps (Eq. 7, a 4th-order
-weight tensor maps_in x maps_out x rows x width); folding (Sec. 3.6: every two adjacent rows
-summed); dynamic k-max pooling (Sec. 3.2-3.3, Eq. 4: the k largest values of every row, in
-their original order); a bias per row and tanh (Sec. 3.4). The top layer pools to a fixed
-``k_top``; dropout and a linear map classify (``DCNNClassifier``), or two sentence vectors are
-matched with ``[u; v; |u - v|; u * v]`` (``DCNNPairClassifier``, the SNLI baseline).
-
-Choices, also in ``docs/models/dcnn.md``:
-
-* Hyper-parameters follow the authors' Matlab release as ported by F. Godin (Theano/Lasagne
-  "DynamicCNN", whose defaults are "taken from the paper or the Matlab code"): 48-d word
-  vectors, widths (7, 5), feature maps (6, 14), k_top 4, dropout 0.5 before the output layer
-  only, Adagrad lr 0.1 and the per-layer L2 below.
-* Folding placement. The paper's Fig. 3 folds once, after the last convolution, before the
-  top k-max pooling; the Matlab port folds after every convolution. Default: the paper's
-  ``folding=(False, True)``, which accepts any even word-vector size (the platform's 50-d
-  GloVe included); ``folding=(True, True)`` is the port's layout (needs a size divisible by 4).
-  The word-vector size must be divisible by 2 ** (number of folding layers) -> ``ConfigError``.
-* Bias after pooling, one per (feature map, row) as Sec. 3.4 says (the port adds it before
-  folding: twice the biases, the same function class).
-* Masks and batches of different lengths. Each sentence's own length s drives its own k_l
-  (Eq. 4, s = number of real tokens, not the padded length). Before each convolution padded
-  positions are set to zero, so the wide convolution sees exactly the zero out-of-range values
-  of Sec. 2.2; its output is real on s_l + m - 1 positions. Padding is filled with the most
-  negative float before k-max pooling (it can never win), k is clipped to the number of real
-  positions, and pooled slots past a sentence's k are zero and masked. A batch therefore holds
-  per-sample k values; the pooled tensor is as long as the largest k (``k_top`` at the top).
-* L2 (``regularization_loss``): sum over groups of lambda / 2 * ||W||^2 with
-  lambda = (embedding 1e-4, conv 1 3e-5, conv 2 3e-6, output 1e-4), the Matlab values in the
-  port; biases are not penalised; a frozen embedding is not penalised. For the pair model the
-  "output" coefficient applies to every weight matrix of the MLP.
-* Convolution is cross-correlation (``c_j = m^T s_{j-m+1:j}``, Eq. 1, is exactly that), so the
-  learned filters are the paper's filters without flipping.
-
-Parameter count, 48-d input, 2 classes (``DCNNClassifier``), default folding (False, True)::
-
-    conv 1: 1*6*48*7 weights + 6*48 biases                      =  2,016 +   288
-    conv 2: 6*14*48*5 weights + 14*24 biases (after folding)    = 20,160 +   336
-    output: (14*24*4 = 1,344) * 2 + 2                           =  2,690
-                                                      total       25,490 (+ word vectors)
-
-    folding (True, True): 2,016 + 6*24 + 6*14*24*5 + 14*12 + (14*12*4)*2 + 2 = 13,754
+row with its own filters (Eq. 1, 5, 7), folding (Sec. 3.6), dynamic k-max pooling (Sec. 3.2-3.3,
+Eq. 4), a bias per row and tanh (Sec. 3.4). ``DCNNClassifier`` classifies a sentence (SST, TREC);
+``DCNNPairClassifier`` encodes P and H with one DCNN and matches ``[u; v; |u - v|; u * v]`` (the
+SNLI baseline). Hyper-parameters (the authors' Matlab release), folding placement, masks in
+padded batches, the per-layer L2 and the parameter counts: ``docs/models/dcnn.md``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
-"""DIIN: Densely Interactive Inference Network (Gong, Luo & Zhang, ICLR 2018; SPEC, seed 001).
+"""DIIN: Densely Interactive Inference Network (Gong, Luo & Zhang, ICLR 2018, §3.2).
 
-Five layers, top to bottom in this file:
-
-1. Embedding: word vector (fine-tuned, as in the paper) ⊕ character feature (char embedding →
-   Conv1D → max over characters, shared by both sentences) ⊕ binary exact-match feature.
-   The paper's POS one-hot is left out: no part-of-speech tagger with its model ships in a
-   registry package we can depend on offline (see docs/models/diin.md).
-2. Encoding: a two-layer highway network, then self-attention with the tri-linear score
-   ``A_ij = w·[p̂_i; p̂_j; p̂_i∘p̂_j]`` and a fuse gate ``p̃ = r∘p̂ + f∘z``. The self-attention
-   and fuse-gate weights of premise and hypothesis are separate; ``regularization_loss()``
-   keeps them close with ``diff_penalty · Σ‖W_p − W_h‖²``.
-3. Interaction: ``I_ij = p̃_i ∘ h̃_j``, an image of ``d`` channels and ``p × h`` pixels.
-4. Feature extraction: DenseNet (1×1 scale-down conv, dense blocks of 3×3 convs, transitions
-   of 1×1 conv + 2×2 max pool).
-5. Output: flatten → linear → classes.
-
-The DenseNet's flatten needs a fixed image size, so every premise and hypothesis is truncated or
-zero-padded to ``max_length`` tokens *inside* the model (the official code does the same with
-``seq_length=48`` in its data pipeline). Because of that, a pair's logits do not depend on how
-much padding the batch around it has.
-
-Equation references "(Eq. n)" follow the numbering of the arXiv version (1709.04348v3) and of the
-SPEC's restatement.
+Five layers, top to bottom in this file: embedding (word vector ⊕ character feature ⊕ exact
+match; the paper's POS one-hot is left out: no offline tagger), encoding (highway network,
+self-attention, fuse gate; ``regularization_loss()`` keeps the premise and hypothesis encoders
+close), interaction (``I_ij = p̃_i ∘ h̃_j``), feature extraction (DenseNet) and output (flatten,
+linear). Every sentence is zero-padded to ``sequence_length`` (= ``data.max_length``): the
+DenseNet's flatten needs a fixed image size, so a pair's logits do not depend on its batch.
+Choices, the official code's details and the parameter count: ``docs/models/diin.md``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A shared LSTM reads the premise and the hypothesis separately; each sentence is the LSTM's
 final state at its true last token (packed sequences, so padding is never read); the pair is
-classified from ``[u; v; |u - v|; u * v]`` by an MLP (Mou et al. 2016).
+classified from ``[u; v; |u - v|; u * v]`` by an MLP (Mou et al. 2016). Notes and recipe:
+``docs/models/lstm.md``.
 """
 
 from __future__ import annotations
