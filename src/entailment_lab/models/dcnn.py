@@ -203,9 +203,18 @@ def _check_head(num_classes: int, dropout: float, l2: Sequence[float], num_layer
         )
 
 
-def _l2_penalty(groups: Sequence[tuple[float, Sequence[torch.Tensor]]]) -> torch.Tensor:
-    """Sum of lambda / 2 * ||W||^2 over (lambda, weights) groups; frozen weights are skipped."""
-    total = torch.zeros((), device=groups[-1][1][0].device)
+def _l2_penalty(
+    l2: Sequence[float],
+    embedding: nn.Embedding,
+    encoder: DCNNEncoder,
+    output_weights: Sequence[torch.Tensor],
+) -> torch.Tensor:
+    """Per-layer L2 of the Matlab release: sum of lambda / 2 * ||W||^2 with ``l2`` = (embedding,
+    each conv layer, output) coefficients; biases are not penalised, frozen weights skipped."""
+    groups = [(l2[0], [embedding.weight])]
+    groups += [(c, [layer.weight]) for c, layer in zip(l2[1:-1], encoder.layers, strict=True)]
+    groups.append((l2[-1], output_weights))
+    total = torch.zeros((), device=output_weights[0].device)
     for coefficient, weights in groups:
         for w in weights:
             if coefficient > 0 and w.requires_grad:
@@ -239,12 +248,7 @@ class DCNNClassifier(nn.Module):
 
     def regularization_loss(self) -> torch.Tensor:
         """Per-layer L2 of the Matlab release: embedding, each conv layer, output (weights only)."""
-        groups = [(self.l2[0], [self.embedding.weight])]
-        groups += [
-            (c, [layer.weight]) for c, layer in zip(self.l2[1:-1], self.encoder.layers, strict=True)
-        ]
-        groups.append((self.l2[-1], [self.output.weight]))
-        return _l2_penalty(groups)
+        return _l2_penalty(self.l2, self.embedding, self.encoder, [self.output.weight])
 
     def forward(
         self, sentence: torch.Tensor, sentence_mask: torch.Tensor, return_details: bool = False
@@ -293,13 +297,8 @@ class DCNNPairClassifier(nn.Module):
 
     def regularization_loss(self) -> torch.Tensor:
         """Per-layer L2: embedding, each conv layer, and every weight matrix of the MLP."""
-        groups = [(self.l2[0], [self.embedding.weight])]
-        groups += [
-            (c, [layer.weight]) for c, layer in zip(self.l2[1:-1], self.encoder.layers, strict=True)
-        ]
         mlp = [m.weight for m in self.classifier.modules() if isinstance(m, nn.Linear)]
-        groups.append((self.l2[-1], mlp))
-        return _l2_penalty(groups)
+        return _l2_penalty(self.l2, self.embedding, self.encoder, mlp)
 
     def forward(
         self,
