@@ -106,7 +106,8 @@ def worker(args: argparse.Namespace) -> dict:
     import torch
     from torch import nn
 
-    from entailment_lab.models.din import DIN, run_packed, scatter_rows
+    from entailment_lab.models.common import run_packed, scatter_rows
+    from entailment_lab.models.din import DIN
 
     sys.path.insert(0, str(ROOT / "tests"))
     from din_reference import reference_forward, reference_layers

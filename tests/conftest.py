@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,11 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def random_sentences(lengths: Iterable[int | torch.Tensor], vocab_size: int) -> list[torch.Tensor]:
+    """One sentence of random real ids (1 .. vocab_size - 1) per length."""
+    return [torch.randint(1, vocab_size, (int(n),)) for n in lengths]
+
+
 def pad_with_noise(sentences: list[torch.Tensor], vocab_size: int
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id sequences; padded slots get random real ids so only the mask can hide them
@@ -84,15 +90,17 @@ def pad_with_noise(sentences: list[torch.Tensor], vocab_size: int
 
 
 def fits_exactly(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], labels: torch.Tensor,
-                 lr: float, steps: int = 300) -> bool:
+                 lr: float, steps: int = 300, regularized: bool = False) -> bool:
     """Adam on the batch until every training logit is right (models built without dropout, so
-    the training forward measures accuracy): the over-fit check of every model test."""
+    the training forward measures accuracy): the over-fit check of every model test.
+    ``regularized`` adds the model's ``regularization_loss()`` to the cross-entropy."""
     optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     for _ in range(steps):
         logits = model(*inputs)["logits"]
         if (logits.argmax(1) == labels).all():
             return True
         optimiser.zero_grad()
-        torch.nn.functional.cross_entropy(logits, labels).backward()
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        (loss + model.regularization_loss() if regularized else loss).backward()
         optimiser.step()
     return bool((model(*inputs)["logits"].argmax(1) == labels).all())

@@ -35,6 +35,13 @@ def test_dim_follows_model_default_and_command_line(tmp_path):
     assert cfg.dim == 64 and cfg.model.net.hidden_size == 64
 
 
+def test_diin_sentence_length_is_the_data_max_length(tmp_path):
+    cfg = compose_cfg(["model=diin"], tmp_path)  # the recipe sets the official 48
+    assert cfg.data.max_length == cfg.model.net.sequence_length == 48
+    cfg = compose_cfg(["experiment=table2/diin", "data.max_length=32"], tmp_path)
+    assert cfg.data.max_length == cfg.model.net.sequence_length == 32
+
+
 def test_eval_config_composes(tmp_path):
     cfg = compose_cfg(["ckpt_path=x.ckpt"], tmp_path, config_name="eval")
     assert cfg.split == "test" and Path(cfg.paths.root_dir) == REPO

@@ -196,8 +196,10 @@ def test_offline_hub_fails_fast_with_local_file_advice(monkeypatch):
     start = time.monotonic()
     dm = TextDataModule(fields=PAIR, label_names=LABELS, hub_name="stanfordnlp/snli",
                         cache_dir=None)
+    with pytest.raises(DataError, match=r"hub \(offline.*data\.files\.train=PATH"):
+        dm.prepare_data()  # the download step
     with pytest.raises(DataError, match=r"hub.*data\.files\.train=PATH"):
-        dm.setup()
+        dm.setup()  # reads the local cache only
     assert time.monotonic() - start < 10
 
 

@@ -18,7 +18,7 @@ from entailment_lab.models.dcnn import (
     k_max_pooling,
     wide_convolution_mask,
 )
-from tests.conftest import fits_exactly, pad_with_noise
+from tests.conftest import fits_exactly, pad_with_noise, random_sentences
 
 VOCAB = 60
 
@@ -30,8 +30,15 @@ def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor
     return pad_with_noise(sentences, VOCAB)
 
 
-def random_sentences(lengths: list[int]) -> list[torch.Tensor]:
-    return [torch.randint(1, VOCAB, (n,)) for n in lengths]
+def random_batch(lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random sentences of these lengths, padded (with noise)."""
+    return pad_batch(random_sentences(lengths, VOCAB))
+
+
+def dcnn(pair: bool = False, d_emb: int = 48, **kwargs) -> DCNNClassifier | DCNNPairClassifier:
+    """The pair or the sentence DCNN over a new ``VOCAB x d_emb`` word embedding."""
+    model = DCNNPairClassifier if pair else DCNNClassifier
+    return model(nn.Embedding(VOCAB, d_emb, padding_idx=0), **kwargs)
 
 
 # --- the pieces -------------------------------------------------------------------------------
@@ -110,36 +117,36 @@ def test_wide_convolution_has_s_plus_m_minus_1_outputs_and_row_specific_filters(
     ],
 )
 def test_parameter_count_of_the_paper_configuration(folding, features, expected):
-    model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=2, folding=folding)
+    model = dcnn(num_classes=2, folding=folding)
     assert model.encoder.output_size == features
     assert count_trainable_parameters(model, exclude=model.embedding) == expected
 
 
 def test_sentence_padding_does_not_change_logits():
     torch.manual_seed(1)
-    model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=5).eval()
+    model = dcnn(num_classes=5).eval()
     for length in (1, 3, 8):
         sentence = torch.randint(1, VOCAB, (length,))
         alone = model(*pad_batch([sentence]))["logits"]
-        batch = model(*pad_batch([sentence, *random_sentences([17, 11])]))["logits"]
+        batch = model(*pad_batch([sentence, *random_sentences([17, 11], VOCAB)]))["logits"]
         torch.testing.assert_close(batch[0:1], alone, rtol=1e-5, atol=1e-6)
 
 
 def test_pair_padding_does_not_change_logits():
     torch.manual_seed(2)
-    model = DCNNPairClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=3).eval()
+    model = dcnn(pair=True, num_classes=3).eval()
     premise, hypothesis = torch.randint(1, VOCAB, (6,)), torch.randint(1, VOCAB, (3,))
     alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
     batch = model(
-        *pad_batch([premise, *random_sentences([15, 9])]),
-        *pad_batch([hypothesis, *random_sentences([8, 13])]),
+        *pad_batch([premise, *random_sentences([15, 9], VOCAB)]),
+        *pad_batch([hypothesis, *random_sentences([8, 13], VOCAB)]),
     )["logits"]
     torch.testing.assert_close(batch[0:1], alone, rtol=1e-5, atol=1e-6)
 
 
 def test_details_report_per_sample_k():
-    model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=2).eval()
-    ids, mask = pad_batch(random_sentences([18, 3]))
+    model = dcnn(num_classes=2).eval()
+    ids, mask = random_batch([18, 3])
     out = model(ids, mask, return_details=True)
     # Two layers: k_1 = max(4, ceil(s / 2)), k_2 = k_top = 4.
     assert out["k"].tolist() == [[9, 4], [4, 4]]
@@ -149,14 +156,11 @@ def test_details_report_per_sample_k():
 @pytest.mark.parametrize("pair", [False, True])
 def test_gradients_reach_every_trainable_parameter(pair):
     torch.manual_seed(3)
-    embedding = nn.Embedding(VOCAB, 48, padding_idx=0)
+    model = dcnn(pair, num_classes=3)
     labels = torch.tensor([0, 1, 2])
+    inputs = random_batch([9, 4, 12])
     if pair:
-        model = DCNNPairClassifier(embedding, num_classes=3)
-        inputs = (*pad_batch(random_sentences([9, 4, 12])), *pad_batch(random_sentences([5, 7, 2])))
-    else:
-        model = DCNNClassifier(embedding, num_classes=3)
-        inputs = pad_batch(random_sentences([9, 4, 12]))
+        inputs += random_batch([5, 7, 2])
     logits = model(*inputs)["logits"]
     (nn.functional.cross_entropy(logits, labels) + model.regularization_loss()).backward()
     for name, parameter in model.named_parameters():
@@ -165,9 +169,8 @@ def test_gradients_reach_every_trainable_parameter(pair):
 
 
 def test_regularization_loss_is_the_per_layer_l2():
-    embedding = nn.Embedding(VOCAB, 48, padding_idx=0)
-    model = DCNNClassifier(embedding, num_classes=2, l2=(1.0, 2.0, 3.0, 4.0))
-    layers = model.encoder.layers
+    model = dcnn(num_classes=2, l2=(1.0, 2.0, 3.0, 4.0))
+    embedding, layers = model.embedding, model.encoder.layers
     expected = 0.5 * (
         1.0 * embedding.weight.pow(2).sum()
         + 2.0 * layers[0].weight.pow(2).sum()
@@ -183,19 +186,17 @@ def test_regularization_loss_is_the_per_layer_l2():
 
 def test_sentence_classifier_overfits_24_random_sentences():
     torch.manual_seed(4)
-    model = DCNNClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=3, dropout=0.0)
-    ids, mask = pad_batch(random_sentences(torch.randint(2, 12, (24,)).tolist()))
-    labels = torch.arange(24) % 3
-    assert fits_exactly(model, (ids, mask,), labels, lr=1e-2)
+    model = dcnn(num_classes=3, dropout=0.0)
+    sentences = random_batch(torch.randint(2, 12, (24,)).tolist())
+    assert fits_exactly(model, sentences, torch.arange(24) % 3, lr=1e-2)
 
 
 def test_pair_classifier_overfits_24_random_pairs():
     torch.manual_seed(5)
-    model = DCNNPairClassifier(nn.Embedding(VOCAB, 48, padding_idx=0), num_classes=3, dropout=0.0)
-    premises = pad_batch(random_sentences(torch.randint(3, 10, (24,)).tolist()))
-    hypotheses = pad_batch(random_sentences(torch.randint(2, 8, (24,)).tolist()))
-    labels = torch.arange(24) % 3
-    assert fits_exactly(model, (*premises, *hypotheses,), labels, lr=1e-2)
+    model = dcnn(pair=True, num_classes=3, dropout=0.0)
+    premises = random_batch(torch.randint(3, 10, (24,)).tolist())
+    hypotheses = random_batch(torch.randint(2, 8, (24,)).tolist())
+    assert fits_exactly(model, premises + hypotheses, torch.arange(24) % 3, lr=1e-2)
 
 
 @pytest.mark.parametrize(
@@ -212,12 +213,12 @@ def test_pair_classifier_overfits_24_random_pairs():
 )
 def test_bad_config_raises_config_error(kwargs):
     with pytest.raises(ConfigError):
-        DCNNClassifier(nn.Embedding(VOCAB, 48), num_classes=2, **kwargs)
+        dcnn(num_classes=2, **kwargs)
 
 
 def test_embedding_size_must_survive_folding():
     with pytest.raises(ConfigError, match="divisible by 4"):
-        DCNNPairClassifier(nn.Embedding(VOCAB, 50), num_classes=3, folding=(True, True))
+        dcnn(pair=True, d_emb=50, num_classes=3, folding=(True, True))
     with pytest.raises(ConfigError, match="divisible by 2"):
         DCNNEncoder(51)
     # Folding only at the top layer (the paper's Fig. 3, the default) accepts 50-d vectors.

@@ -9,7 +9,7 @@ from torch import nn
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.decatt import DecomposableAttention
-from tests.conftest import fits_exactly, pad_with_noise
+from tests.conftest import fits_exactly, pad_with_noise, random_sentences
 
 VOCAB = 60
 
@@ -48,16 +48,16 @@ def test_padding_does_not_change_logits(intra):
     premise, hypothesis = torch.randint(1, VOCAB, (5,)), torch.randint(1, VOCAB, (4,))
     alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
 
-    others_p = [torch.randint(1, VOCAB, (n,)) for n in (14, 9)]
-    others_h = [torch.randint(1, VOCAB, (n,)) for n in (7, 12)]
+    others_p = random_sentences((14, 9), VOCAB)
+    others_h = random_sentences((7, 12), VOCAB)
     batch = model(*pad_batch([premise, *others_p]), *pad_batch([hypothesis, *others_h]))
     torch.testing.assert_close(batch["logits"][0:1], alone, rtol=1e-5, atol=1e-6)
 
 
 def test_attention_maps_shapes_and_normalisation():
     model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=True).eval()
-    p_ids, p_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (6, 3)])
-    h_ids, h_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (2, 5)])
+    p_ids, p_mask = pad_batch(random_sentences((6, 3), VOCAB))
+    h_ids, h_mask = pad_batch(random_sentences((2, 5), VOCAB))
     out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
     to_h, to_p = out["attention_premise_to_hypothesis"], out["attention_hypothesis_to_premise"]
     assert to_h.shape == to_p.shape == (2, 7, 6)  # (batch, len_p + 1, len_h + 1)
@@ -77,8 +77,8 @@ def test_gradients_reach_every_trainable_parameter(intra):
     torch.manual_seed(2)
     model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=intra)
     # Lengths > 11 so that every distance bucket 0..10 occurs.
-    p_ids, p_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (13, 6, 9)])
-    h_ids, h_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (4, 12, 7)])
+    p_ids, p_mask = pad_batch(random_sentences((13, 6, 9), VOCAB))
+    h_ids, h_mask = pad_batch(random_sentences((4, 12, 7), VOCAB))
     logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
     nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2])).backward()
     for name, parameter in model.named_parameters():
@@ -93,12 +93,8 @@ def test_overfits_24_random_pairs():
     embedding = nn.Embedding(VOCAB, 50, padding_idx=0)
     embedding.weight.requires_grad_(False)
     model = DecomposableAttention(embedding, num_classes=3, hidden_size=64, dropout=0.0)
-    p_ids, p_mask = pad_batch(
-        [torch.randint(1, VOCAB, (int(n),)) for n in torch.randint(3, 9, (24,))]
-    )
-    h_ids, h_mask = pad_batch(
-        [torch.randint(1, VOCAB, (int(n),)) for n in torch.randint(2, 7, (24,))]
-    )
+    p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 9, (24,)), VOCAB))
+    h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 7, (24,)), VOCAB))
     labels = torch.arange(24) % 3
     assert fits_exactly(model, (p_ids, p_mask, h_ids, h_mask,), labels, lr=3e-3)
 

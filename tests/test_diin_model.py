@@ -1,6 +1,7 @@
 """DIIN (models/diin.py) in pure torch: shapes, masks, features, gradients, penalty, overfitting.
 
-Small configurations (max_length 8, two tiny dense blocks) keep the whole file to a few seconds.
+Small configurations (sequence_length 8, two tiny dense blocks) keep the whole file to a few
+seconds.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from entailment_lab.errors import ConfigError
+from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.diin import (
     DIIN,
@@ -23,6 +24,7 @@ from entailment_lab.models.diin import (
     exact_match_feature,
     fit_length,
 )
+from tests.conftest import fits_exactly
 
 VOCAB = [
     "<pad>", "<unk>", "a", "man", "Man", "dog", "runs", "running", "n't", "not", "sleeps",
@@ -31,7 +33,7 @@ VOCAB = [
 IDS = {token: i for i, token in enumerate(VOCAB)}
 
 SMALL = {
-    "max_length": 8,
+    "sequence_length": 8,
     "char_dim": 4,
     "char_filters": 6,
     "char_width": 3,
@@ -78,11 +80,16 @@ def test_shapes_and_details():
     assert out["premise_exact_match"].shape == (2, 5)
     # Padded cells of the interaction image are zero: premise 0 has 3 real tokens.
     assert torch.all(out["interaction_norm"][0, 3:] == 0)
-    # Inputs longer than max_length are truncated inside the model.
-    long_p, long_pm = batch([ids(*["a"] * 12)])
-    out = model(long_p, long_pm, h[:1], hm[:1], return_details=True)
+    # Padding columns past sequence_length are fine; the maps are capped at it.
+    out = model(*batch([ids("a", "man", "runs")], length=12), h[:1], hm[:1], return_details=True)
     assert out["logits"].shape == (1, 3)
     assert out["interaction_norm"].shape == (1, 8, 3)
+    # A real token past it is refused: truncation is the DataModule's (data.max_length).
+    long_p, long_pm = batch([ids(*["a"] * 9)])
+    with pytest.raises(DataError, match=r"more than 8 tokens.*data\.max_length"):
+        model(long_p, long_pm, h[:1], hm[:1])
+    with pytest.raises(DataError, match="more than 8 tokens"):
+        model(h[:1], hm[:1], long_p, long_pm)
 
 
 def test_padding_invariance():
@@ -90,8 +97,8 @@ def test_padding_invariance():
     p, h = ids("a", "man", "runs"), ids("a", "man", "is", "outside")
     alone = model(*batch([p]), *batch([h]))["logits"]
     longer_p = ids("the", "cat", "is", "outside", "a", "dog", "sleeps")
-    longer_h = ids("a", "cat", "sleeps", ".", "the", "dog", "runs", "running", "a", "man")
-    # Padded to 7 / 10 tokens (the hypothesis batch exceeds max_length = 8).
+    longer_h = ids("a", "cat", "sleeps", ".", "the", "dog", "runs", "running")
+    # Padded to 7 / 8 tokens (the hypothesis batch fills sequence_length = 8).
     in_batch = model(*batch([longer_p, p]), *batch([longer_h, h]))["logits"][1:]
     torch.testing.assert_close(in_batch, alone, rtol=1e-5, atol=1e-6)
     # Extra all-padding columns beyond the batch's longest sentence change nothing either.
@@ -235,16 +242,9 @@ def test_overfits_random_pairs():
     p = torch.randint(2, len(vocab), (n, 8)) * (torch.arange(8) < lengths_p[:, None])
     h = torch.randint(2, len(vocab), (n, 6)) * (torch.arange(6) < lengths_h[:, None])
     labels = torch.randint(0, 3, (n,))
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
-    for _ in range(200):
-        optimizer.zero_grad()
-        logits = model(p, p != 0, h, h != 0)["logits"]
-        loss = F.cross_entropy(logits, labels) + model.regularization_loss()
-        loss.backward()
-        optimizer.step()
-        if (logits.argmax(-1) == labels).all():
-            break
+    assert fits_exactly(model, (p, p != 0, h, h != 0), labels, lr=3e-3, steps=200,
+                        regularized=True)
     model.eval()
     with torch.no_grad():
         accuracy = (model(p, p != 0, h, h != 0)["logits"].argmax(-1) == labels).float().mean()
@@ -254,10 +254,11 @@ def test_overfits_random_pairs():
 def test_parameter_count_against_the_paper():
     """Default config with 300-d words: ~3.7 M; with the paper's 47-d POS width (d=448): ~4.4 M."""
     vocab = ["<pad>", "<unk>"] + [chr(c) + "x" for c in range(ord("!"), ord("~"))]
-    default = DIIN(nn.Embedding(len(vocab), 300), 3, vocab)
+    default = DIIN(nn.Embedding(len(vocab), 300), 3, vocab, sequence_length=48)  # the recipe's
     assert default.hidden_size == 401
     assert 3.6e6 < count_trainable_parameters(default, exclude=default.embedding) < 3.8e6
-    paper_width = DIIN(nn.Embedding(len(vocab), 347), 3, vocab)  # 347 + 100 + 1 = 448
+    # 347 + 100 + 1 = 448
+    paper_width = DIIN(nn.Embedding(len(vocab), 347), 3, vocab, sequence_length=48)
     assert abs(paper_width.paper_parameter_count() - 4.4e6) / 4.4e6 < 0.01
 
 
@@ -271,7 +272,7 @@ def test_fit_length():
 @pytest.mark.parametrize(
     ("overrides", "knob"),
     [
-        ({"max_length": 3}, "max_length"),
+        ({"sequence_length": 3}, r"data\.max_length=3"),
         ({"max_word_length": 2}, "max_word_length"),
         ({"scale_down": 0.0}, "scale_down"),
         ({"transition_rate": 1.5}, "transition_rate"),

@@ -24,7 +24,7 @@ from entailment_lab.models.lexical import (
     dense_features,
     hash_ids,
 )
-from tests.conftest import fits_exactly, pad_with_noise
+from tests.conftest import fits_exactly, pad_with_noise, random_sentences
 
 VOCAB = 40
 CONFIG = Path(__file__).resolve().parents[1] / "conf" / "model" / "lexical.yaml"
@@ -135,8 +135,8 @@ def test_padding_does_not_change_logits(pairs):
             p.normal_()
     premise, hypothesis = torch.randint(1, VOCAB, (5,)), torch.randint(1, VOCAB, (4,))
     alone = model(*pad_batch([premise]), *pad_batch([hypothesis]), return_details=True)
-    others_p = [torch.randint(1, VOCAB, (n,)) for n in (14, 9)]
-    others_h = [torch.randint(1, VOCAB, (n,)) for n in (7, 12)]
+    others_p = random_sentences((14, 9), VOCAB)
+    others_h = random_sentences((7, 12), VOCAB)
     batch = model(*pad_batch([premise, *others_p]), *pad_batch([hypothesis, *others_h]),
                   return_details=True)
     torch.testing.assert_close(batch["logits"][0:1], alone["logits"], rtol=1e-5, atol=1e-6)
@@ -160,8 +160,8 @@ def test_cross_bigram_restriction_keeps_pairs_with_equal_second_words():
 def test_gradients_reach_bag_linear_and_bias():
     torch.manual_seed(3)
     model = LexicalClassifier(embedding(), num_classes=3, num_buckets=4096)
-    p_ids, p_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (13, 6, 9)])
-    h_ids, h_mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (4, 12, 7)])
+    p_ids, p_mask = pad_batch(random_sentences((13, 6, 9), VOCAB))
+    h_ids, h_mask = pad_batch(random_sentences((4, 12, 7), VOCAB))
     logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
     nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2])).backward()
     names = {name for name, _ in model.named_parameters()}
@@ -202,7 +202,7 @@ def test_config_builds_the_model():
     assert isinstance(net, LexicalClassifier) and net.bag.weight.shape == (1024, 3)
     defaults = LexicalClassifier(embedding(), num_classes=3, num_buckets=1024)
     assert (net.families, net.dense_names) == (defaults.families, defaults.dense_names)
-    ids, mask = pad_batch([torch.randint(1, VOCAB, (n,)) for n in (3, 5)])
+    ids, mask = pad_batch(random_sentences((3, 5), VOCAB))
     assert net(ids, mask, ids, mask)["logits"].shape == (2, 3)
 
 

@@ -30,13 +30,13 @@ NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
 
 def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1, data="snli",
               train=0.9, test=0.85, params=1_289_203, paper=1_008_403, experiment=None,
-              tags=(), pid=None, error=None, overrides=None):
+              tags=(), pid=None, error=None, overrides=None, inputs="pair"):
     """A results.json as ``pipeline.train`` writes it."""
     folder.mkdir(parents=True, exist_ok=True)
     results = {
         "schema": 1, "status": status, "started": NOW, "pid": pid or os.getpid(),
-        "task": "train", "model": model, "dim": dim, "seed": seed, "data": data,
-        "tags": list(tags),
+        "task": "train", "model": model, "inputs": inputs, "dim": dim, "seed": seed,
+        "data": data, "tags": list(tags),
         "choices": {"model": model, "data": data, "experiment": experiment, "debug": None,
                     "embeddings": "glove6b50d", "logger": "wandb"},
         "overrides": overrides if overrides is not None else [f"model={model}", f"seed={seed}"],
@@ -183,6 +183,15 @@ def test_sentence_data_uses_the_dcnn_layout(tmp_path):
     assert table.layout == "sentence" and [r.label for r in table.rows] == ["DCNN"]
     assert table.rows[0].delta == pytest.approx(48.0 - 48.5)
     assert "| DCNN | DCNN, SST fine-grained (dcnn_sentence) | 30,000 | 48.5 |" in report.markdown
+
+
+def test_a_sentence_model_on_new_data_gets_the_sentence_layout(tmp_path):
+    # The layout comes from what the model reads (Network.inputs, stored in results.json),
+    # not from a list of model names: a new sentence model needs no report change.
+    write_job(tmp_path / "a", model="my_cnn", dim=None, data="my_reviews", inputs="sentence")
+    write_job(tmp_path / "b", model="lstm", dim=64, data="my_pairs")
+    layouts = {t.data: t.layout for t in make_report([tmp_path], plot=False).tables}
+    assert layouts == {"my_reviews": "sentence", "my_pairs": "pair"}
 
 
 def test_mixed_settings_within_a_row_are_flagged(tmp_path):

@@ -91,4 +91,3 @@ PAIR_ROWS: tuple[PaperRow, ...] = TABLE2 + DIIN
 SENTENCE_ROWS: tuple[PaperRow, ...] = DCNN
 ALL_ROWS: tuple[PaperRow, ...] = PAIR_ROWS + SENTENCE_ROWS
 SENTENCE_DATA: frozenset[str] = frozenset(r.data for r in SENTENCE_ROWS)
-SENTENCE_MODELS: frozenset[str] = frozenset({"dcnn_sentence"})

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Sampler
 
 from entailment_lab.data.text import PAD_ID
@@ -103,10 +104,9 @@ class BucketBatchSampler(Sampler[list[int]]):
 
 def pad_ids(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists with ``PAD_ID``: ids (batch, max_len), long, and mask, bool."""
-    lengths = torch.tensor([len(s) for s in sequences])
-    ids = torch.full((len(sequences), int(lengths.max())), PAD_ID, dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+    rows = [torch.as_tensor(seq, dtype=torch.long) for seq in sequences]
+    ids = pad_sequence(rows, batch_first=True, padding_value=PAD_ID)
+    lengths = torch.tensor([len(row) for row in rows])
     mask = torch.arange(ids.size(1)).unsqueeze(0) < lengths.unsqueeze(1)
     return ids, mask
 

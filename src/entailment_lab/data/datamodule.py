@@ -1,6 +1,7 @@
 """One DataModule for sentence pairs (SNLI, SICK) and single sentences (SST, TREC).
 
-Pipeline (``setup``): read splits (hub or local files) -> validate -> drop unlabelled rows
+``prepare_data`` downloads a hub dataset into the local cache. Pipeline (``setup``): read
+splits (the cached hub dataset or local files) -> validate -> drop unlabelled rows
 (label -1, SNLI's gold ``-``) -> optionally carve a validation split from train -> tokenise
 (batched ``datasets.map``, cached by ``datasets``) -> build the vocabulary from
 ``vocab_splits`` (or take the one stored in a checkpoint) -> index and truncate -> batches of
@@ -24,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from entailment_lab.data.batching import BucketBatchSampler, PadCollator
 from entailment_lab.data.sources import (
+    download_hub_dataset,
     load_hub_splits,
     load_local_split,
     resolve_columns,
@@ -69,7 +71,7 @@ def count_tokens(columns: Iterable[pa.ChunkedArray]) -> Counter[str]:
 class TextDataModule(L.LightningDataModule):
     """Tokenised, indexed, length-bucketed splits of a classification corpus.
 
-    Args:
+    Args (all kept as ``self.hparams.<name>``):
         fields: batch key -> dataset column, e.g. ``{premise: premise, hypothesis: hypothesis}``
             for pairs or ``{sentence: text}`` for single sentences; a list of columns means
             "the first of these that the data has" (hub and local files may differ).
@@ -122,6 +124,8 @@ class TextDataModule(L.LightningDataModule):
         name: str | None = None,
     ) -> None:
         super().__init__()
+        # Every argument as ``self.hparams.<name>``; the pipeline logs the whole config itself.
+        self.save_hyperparameters(logger=False)
         if not fields:
             raise ConfigError("data.fields must map at least one batch key to a text column")
         if max_length < 1:
@@ -134,48 +138,45 @@ class TextDataModule(L.LightningDataModule):
         self.keys = list(fields)
         self.columns = {key: candidates(v) for key, v in fields.items()}
         self.columns["label"] = candidates(label_field)
-        self.label_names = list(label_names)
-        self.hub_name, self.hub_config = hub_name, hub_config
         self.files = {k: v for k, v in (files or {}).items() if v}
         unknown = set(self.files) - set(SPLITS)
         if unknown:
             raise ConfigError(f"data.files: unknown split(s) {sorted(unknown)}; use {SPLITS}")
         if not self.files and not hub_name:
             raise ConfigError("data: set data.hub_name or data.files.<split>=PATH")
-        self.drop_labels = list(drop_labels)
-        self.val_from_train = val_from_train
-        self.vocab_splits = list(vocab_splits)
-        self.vocab_min_freq = vocab_min_freq
-        self.lowercase = lowercase
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
-        self.pool_batches = pool_batches
-        self.num_workers = num_workers
-        self.num_proc = num_proc
-        self.cache_dir = cache_dir
-        self.seed = seed
-        self.split_seed = seed if split_seed is None else split_seed
-        self.train_size = train_size
-        self.val_group_by = val_group_by
-        self.name = name or hub_name or "local"
         self.vocab: Vocabulary | None = None
         self.splits: dict[str, datasets.Dataset] = {}
         self.stats: dict[str, Any] = {}
 
     @property
+    def label_names(self) -> list[str]:
+        return list(self.hparams.label_names)
+
+    @property
     def num_classes(self) -> int:
         return len(self.label_names)
 
+    @property
+    def name(self) -> str:
+        return self.hparams.name or self.hparams.hub_name or "local"
+
+    @property
+    def split_seed(self) -> int:
+        """The seed of the validation carve and of ``train_size`` (default: ``seed``)."""
+        hp = self.hparams
+        return hp.seed if hp.split_seed is None else hp.split_seed
+
     # --- reading -------------------------------------------------------------------------
     def _read(self) -> dict[str, datasets.Dataset]:
-        valid = set(range(self.num_classes)) | set(self.drop_labels)
+        hp = self.hparams
+        drop_labels = list(hp.drop_labels)
+        valid = set(range(self.num_classes)) | set(drop_labels)
         if self.files:
-            raw = {split: load_local_split(path, split, self.cache_dir)
+            raw = {split: load_local_split(path, split, hp.cache_dir)
                    for split, path in self.files.items()}
         else:
-            wanted = [s for s in SPLITS if s != "validation" or not self.val_from_train]
-            raw = load_hub_splits(self.hub_name, self.hub_config, wanted, self.cache_dir)
+            wanted = [s for s in SPLITS if s != "validation" or not hp.val_from_train]
+            raw = load_hub_splits(hp.hub_name, hp.hub_config, wanted, hp.cache_dir)
         out = {}
         for split, ds in raw.items():
             source = str(self.files[split]) if self.files else None
@@ -183,23 +184,23 @@ class TextDataModule(L.LightningDataModule):
             validate_split(ds, split, columns, valid, source)
             ds = ds.select_columns(list(columns.values()))
             ds = ds.rename_columns({c: k for k, c in columns.items() if c != k})
-            if self.drop_labels:
+            if drop_labels:
                 before = len(ds)
                 labels = np.asarray(ds.data.column("label"))
-                keep = np.flatnonzero(~np.isin(labels, self.drop_labels))
+                keep = np.flatnonzero(~np.isin(labels, drop_labels))
                 if len(keep) < before:
                     ds = ds.select(keep)
                     log.info("%s: dropped %d rows with label in %s (no gold label)",
-                             split, before - len(keep), self.drop_labels)
+                             split, before - len(keep), drop_labels)
             out[split] = ds
         return out
 
     def _carve_validation(self, raw: dict[str, datasets.Dataset]) -> None:
-        if not self.val_from_train:
+        n, group_by = self.hparams.val_from_train, self.hparams.val_group_by
+        if not n:
             return
         if "train" not in raw:
             raise ConfigError("data.val_from_train needs a train split")
-        n = self.val_from_train
         if not (0 < n < 1 or (n >= 1 and float(n).is_integer() and n < len(raw["train"]))):
             raise ConfigError(
                 f"data.val_from_train={n}: give a fraction in (0, 1) or a whole number of "
@@ -207,18 +208,18 @@ class TextDataModule(L.LightningDataModule):
             )
         if "validation" in raw:
             log.warning("data.val_from_train is set: the given validation split is replaced")
-        if self.val_group_by is None:
+        if group_by is None:
             parts = raw["train"].train_test_split(
                 test_size=int(n) if n >= 1 else n, seed=self.split_seed, shuffle=True
             )
             raw["train"], raw["validation"] = parts["train"], parts["test"]
             return
         train = raw["train"]
-        if self.val_group_by not in train.column_names:
-            raise ConfigError(f"data.val_group_by={self.val_group_by!r}: no such field (the data "
+        if group_by not in train.column_names:
+            raise ConfigError(f"data.val_group_by={group_by!r}: no such field (the data "
                               f"has {sorted(train.column_names)})")
         wanted = int(n) if n >= 1 else math.ceil(n * len(train))
-        groups = np.unique(np.asarray(train.data.column(self.val_group_by).to_pylist(),
+        groups = np.unique(np.asarray(train.data.column(group_by).to_pylist(),
                                       dtype=object), return_inverse=True)[1]
         order = np.random.default_rng(self.split_seed).permutation(groups.max() + 1)
         sizes = np.bincount(groups)[order]
@@ -227,12 +228,12 @@ class TextDataModule(L.LightningDataModule):
         raw["validation"] = train.select(np.flatnonzero(is_val))
         raw["train"] = train.select(np.flatnonzero(~is_val))
         log.info("validation: %d rows of %d %s groups carved from train (no %s in both)",
-                 int(is_val.sum()), len(taken), self.val_group_by, self.val_group_by)
+                 int(is_val.sum()), len(taken), group_by, group_by)
 
     def _subsample_train(self, raw: dict[str, datasets.Dataset]) -> None:
-        if self.train_size is None:
+        n, available = self.hparams.train_size, len(raw.get("train", ()))
+        if n is None:
             return
-        n, available = self.train_size, len(raw.get("train", ()))
         if not (isinstance(n, int) and 0 < n <= available):
             raise ConfigError(f"data.train_size={n!r}: give a whole number of pairs from 1 to "
                               f"the training split's size ({available})")
@@ -240,6 +241,15 @@ class TextDataModule(L.LightningDataModule):
         log.info("train: using %d of %d pairs (data.train_size)", n, available)
 
     # --- Lightning hooks -----------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Download the hub dataset into the local cache (once, before ``setup`` on any rank).
+
+        Offline, check that the cache has it: without local files that fails within seconds.
+        """
+        if not self.files:
+            hp = self.hparams
+            download_hub_dataset(hp.hub_name, hp.hub_config, hp.cache_dir)
+
     def setup(self, stage: str | None = None) -> None:
         """Read, tokenise, build the vocabulary (unless one was set) and index every split."""
         if self.splits:
@@ -250,13 +260,14 @@ class TextDataModule(L.LightningDataModule):
         tokenized = {
             split: ds.map(
                 tokenize_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
-                fn_kwargs={"keys": self.keys, "lowercase": self.lowercase},
+                fn_kwargs={"keys": self.keys, "lowercase": self.hparams.lowercase},
                 desc=f"tokenise {split}",
             )
             for split, ds in raw.items()
         }
+        vocab_splits = list(self.hparams.vocab_splits)
         if self.vocab is None:
-            missing = [s for s in self.vocab_splits if s not in tokenized]
+            missing = [s for s in vocab_splits if s not in tokenized]
             if missing:
                 raise ConfigError(
                     f"data.vocab_splits names {missing}, which this corpus does not have "
@@ -264,15 +275,15 @@ class TextDataModule(L.LightningDataModule):
                 )
             self.vocab = Vocabulary.from_counts(
                 count_tokens(tokenized[s].data.column(f"{key}_tokens")
-                             for s in self.vocab_splits for key in self.keys),
-                min_freq=self.vocab_min_freq,
+                             for s in vocab_splits for key in self.keys),
+                min_freq=self.hparams.vocab_min_freq,
             )
-        log.info("vocabulary: %d tokens from %s", len(self.vocab), self.vocab_splits)
+        log.info("vocabulary: %d tokens from %s", len(self.vocab), vocab_splits)
         for split, ds in tokenized.items():
             ds = ds.map(
                 index_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
                 fn_kwargs={"keys": self.keys, "stoi": self.vocab.stoi,
-                           "max_length": self.max_length},
+                           "max_length": self.hparams.max_length},
                 remove_columns=[f"{key}_tokens" for key in self.keys] + self.keys,
                 desc=f"index {split}",
             )
@@ -280,18 +291,20 @@ class TextDataModule(L.LightningDataModule):
             self.splits[split] = ds
 
     def _num_proc(self, ds: datasets.Dataset) -> int | None:
-        if self.num_proc is not None:
-            return self.num_proc if self.num_proc > 1 else None
+        num_proc = self.hparams.num_proc
+        if num_proc is not None:
+            return num_proc if num_proc > 1 else None
         return 2 if len(ds) >= 50_000 else None  # worker start-up costs more than small splits
 
     def _report_lengths(self, split: str, ds: datasets.Dataset) -> None:
+        max_length = self.hparams.max_length
         for key in self.keys:
             lengths = np.asarray(ds.data.column(f"{key}_length"))
-            n_long, n_empty = int((lengths > self.max_length).sum()), int((lengths == 0).sum())
+            n_long, n_empty = int((lengths > max_length).sum()), int((lengths == 0).sum())
             if n_long:
                 log.warning(
                     "%s: %d %s sentence(s) longer than data.max_length=%d tokens were truncated "
-                    "(longest: %d)", split, n_long, key, self.max_length, int(lengths.max()))
+                    "(longest: %d)", split, n_long, key, max_length, int(lengths.max()))
             if n_empty:
                 log.warning("%s: %d empty %s sentence(s) were replaced by one <unk> token",
                             split, n_empty, key)
@@ -303,7 +316,7 @@ class TextDataModule(L.LightningDataModule):
         """(n, number of text keys) array of token counts after truncation."""
         ds = self.splits[split]
         cols = [np.minimum(np.maximum(np.asarray(ds.data.column(f"{k}_length")), 1),
-                           self.max_length) for k in self.keys]
+                           self.hparams.max_length) for k in self.keys]
         return np.stack(cols, axis=1)
 
     # --- loaders -------------------------------------------------------------------------
@@ -313,13 +326,13 @@ class TextDataModule(L.LightningDataModule):
                 f"the data has no '{split}' split (has {sorted(self.splits)}); give "
                 f"data.files.{split}=PATH or carve one with data.val_from_train=N"
             )
-        trainer = getattr(self, "trainer", None)
+        hp, trainer = self.hparams, getattr(self, "trainer", None)
         sampler = BucketBatchSampler(
             self.lengths(split),
-            batch_size=self.batch_size if shuffle else self.eval_batch_size,
+            batch_size=hp.batch_size if shuffle else hp.eval_batch_size or hp.batch_size,
             shuffle=shuffle,
-            seed=self.seed,
-            pool_batches=self.pool_batches,
+            seed=hp.seed,
+            pool_batches=hp.pool_batches,
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
         )
@@ -327,8 +340,8 @@ class TextDataModule(L.LightningDataModule):
             self.splits[split],
             batch_sampler=sampler,
             collate_fn=PadCollator(self.keys),
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            num_workers=hp.num_workers,
+            persistent_workers=hp.num_workers > 0,
         )
 
     def train_dataloader(self) -> DataLoader:

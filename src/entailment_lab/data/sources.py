@@ -104,27 +104,42 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def load_hub_splits(name: str, config: str | None, splits: list[str], cache_dir: str | None = None
-                    ) -> dict[str, datasets.Dataset]:
-    """Splits of a hub dataset; offline, only from the local cache, failing fast otherwise."""
+def _load_hub_dataset(name: str, config: str | None, cache_dir: str | None, online: bool,
+                      state: str) -> datasets.DatasetDict:
+    """``datasets.load_dataset`` from the hub (``online``) or from the local cache only; a
+    failure is one ``DataError`` line that says ``state`` and how to use local files."""
     how_local = (
         "use local files in the hub's schema instead: data.files.train=PATH "
         "data.files.validation=PATH data.files.test=PATH (.jsonl, .jsonl.gz or .parquet)"
     )
-    online = hub_reachable()
     try:
         if online:
-            ds = datasets.load_dataset(name, config, cache_dir=cache_dir)
-        else:
-            # Offline: read the cached copy without the hub client's retry loop.
-            with _HubOffline():
-                ds = datasets.load_dataset(name, config, cache_dir=cache_dir)
+            return datasets.load_dataset(name, config, cache_dir=cache_dir)
+        # Offline: read the cached copy without the hub client's retry loop.
+        with _HubOffline():
+            return datasets.load_dataset(name, config, cache_dir=cache_dir)
     except Exception as err:
-        state = "online" if online else "offline (the hub is unreachable)"
         raise DataError(
             f"cannot load '{name}' from the Hugging Face hub ({state}; "
             f"{type(err).__name__}); {how_local}"
         ) from err
+
+
+def download_hub_dataset(name: str, config: str | None, cache_dir: str | None = None) -> None:
+    """Download a hub dataset into the local cache (``prepare_data``).
+
+    Offline (the hub unreachable), only check that the cache has it, failing fast otherwise.
+    """
+    online = hub_reachable()
+    state = "online" if online else "offline (the hub is unreachable)"
+    _load_hub_dataset(name, config, cache_dir, online, state)
+
+
+def load_hub_splits(name: str, config: str | None, splits: list[str], cache_dir: str | None = None
+                    ) -> dict[str, datasets.Dataset]:
+    """Splits of a hub dataset from the local cache (``download_hub_dataset`` fills it)."""
+    ds = _load_hub_dataset(name, config, cache_dir, online=False,
+                           state="from the local cache, which prepare_data() fills")
     missing = [s for s in splits if s not in ds]
     if missing:
         raise DataError(f"hub dataset '{name}' has no split(s) {missing} (has {list(ds)})")

@@ -1,6 +1,7 @@
-"""Building blocks shared by the model files: masked reductions and the pair-feature classifier.
+"""Building blocks shared by the model files: masked reductions, packing and scattering of the
+real positions, parameter counts and the pair-feature classifier.
 
-Conventions used by every model in this package (see ``models/__init__.py``):
+Conventions used by every model in this package (the contract: ``models/base.py``):
 masks are ``torch.bool`` with ``True`` on real tokens, padding id is 0, and every sentence in a
 batch has at least one real token (the DataModule guarantees it).
 """
@@ -39,6 +40,49 @@ def masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def last_true_index(mask: torch.Tensor) -> torch.Tensor:
     """Index of each row's last real position: (batch,) for a (batch, length) mask."""
     return mask.long().sum(dim=1).clamp_min(1) - 1
+
+
+def scatter_rows(
+    rows: torch.Tensor, mask: torch.Tensor, index: tuple[torch.Tensor, ...] | None = None
+) -> torch.Tensor:
+    """The inverse of ``x[mask]``: rows (N, ...) -> (*mask.shape, ...), zeros where mask is False.
+
+    Position-wise layers run on the N real positions only (``x[mask]``) and scatter back, so
+    padding costs no compute. ``index`` (e.g. ``mask.nonzero(as_tuple=True)``, reordered) gives
+    the rows' positions when they are not in the order of ``x[mask]``.
+    """
+    return rows.new_zeros(*mask.shape, *rows.shape[1:]).index_put(index or (mask,), rows)
+
+
+def longest_first(lengths: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int]]:
+    """Order of rows by ``lengths``, longest first, and how many rows still run at each step.
+
+    With the rows in this order, those still inside their sequence at step s are the first
+    ``running[s]`` (the idea of ``pack_padded_sequence``): a recurrence updates only that
+    prefix, so padding is never computed.
+    """
+    order = torch.argsort(lengths, descending=True, stable=True)
+    steps_range = torch.arange(steps, device=lengths.device)
+    running = (lengths[None, :] > steps_range[:, None]).sum(dim=1)  # (steps,), non-increasing
+    return order, running.tolist()
+
+
+def pack(x: torch.Tensor, mask: torch.Tensor) -> nn.utils.rnn.PackedSequence:
+    """Right-padded ``x`` (batch, len, features) as a packed sequence of its real positions."""
+    return nn.utils.rnn.pack_padded_sequence(
+        x, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
+    )
+
+
+def run_packed(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Run a batch-first ``rnn`` over right-padded ``x`` (batch, len, in) as a packed sequence.
+
+    Padded steps are skipped (outputs 0 there); real steps are as in the unpacked run.
+    """
+    out, _ = nn.utils.rnn.pad_packed_sequence(
+        rnn(pack(x, mask))[0], batch_first=True, total_length=x.shape[1]
+    )
+    return out
 
 
 def count_trainable_parameters(module: nn.Module, exclude: nn.Module | None = None) -> int:

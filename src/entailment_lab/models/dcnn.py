@@ -1,48 +1,11 @@
 """Dynamic Convolutional Neural Network (Kalchbrenner, Grefenstette & Blunsom, ACL 2014).
 
 A sentence is a d x s matrix (one column per word). Each layer: a wide 1-D convolution of every
-row with its own filters (Eq. 1, 5), summed over the input feature maps (Eq. 7, a 4th-order
-weight tensor maps_in x maps_out x rows x width); folding (Sec. 3.6: every two adjacent rows
-summed); dynamic k-max pooling (Sec. 3.2-3.3, Eq. 4: the k largest values of every row, in
-their original order); a bias per row and tanh (Sec. 3.4). The top layer pools to a fixed
-``k_top``; dropout and a linear map classify (``DCNNClassifier``), or two sentence vectors are
-matched with ``[u; v; |u - v|; u * v]`` (``DCNNPairClassifier``, the SNLI baseline).
-
-Choices, also in ``docs/models/dcnn.md``:
-
-* Hyper-parameters follow the authors' Matlab release as ported by F. Godin (Theano/Lasagne
-  "DynamicCNN", whose defaults are "taken from the paper or the Matlab code"): 48-d word
-  vectors, widths (7, 5), feature maps (6, 14), k_top 4, dropout 0.5 before the output layer
-  only, Adagrad lr 0.1 and the per-layer L2 below.
-* Folding placement. The paper's Fig. 3 folds once, after the last convolution, before the
-  top k-max pooling; the Matlab port folds after every convolution. Default: the paper's
-  ``folding=(False, True)``, which accepts any even word-vector size (the platform's 50-d
-  GloVe included); ``folding=(True, True)`` is the port's layout (needs a size divisible by 4).
-  The word-vector size must be divisible by 2 ** (number of folding layers) -> ``ConfigError``.
-* Bias after pooling, one per (feature map, row) as Sec. 3.4 says (the port adds it before
-  folding: twice the biases, the same function class).
-* Masks and batches of different lengths. Each sentence's own length s drives its own k_l
-  (Eq. 4, s = number of real tokens, not the padded length). Before each convolution padded
-  positions are set to zero, so the wide convolution sees exactly the zero out-of-range values
-  of Sec. 2.2; its output is real on s_l + m - 1 positions. Padding is filled with the most
-  negative float before k-max pooling (it can never win), k is clipped to the number of real
-  positions, and pooled slots past a sentence's k are zero and masked. A batch therefore holds
-  per-sample k values; the pooled tensor is as long as the largest k (``k_top`` at the top).
-* L2 (``regularization_loss``): sum over groups of lambda / 2 * ||W||^2 with
-  lambda = (embedding 1e-4, conv 1 3e-5, conv 2 3e-6, output 1e-4), the Matlab values in the
-  port; biases are not penalised; a frozen embedding is not penalised. For the pair model the
-  "output" coefficient applies to every weight matrix of the MLP.
-* Convolution is cross-correlation (``c_j = m^T s_{j-m+1:j}``, Eq. 1, is exactly that), so the
-  learned filters are the paper's filters without flipping.
-
-Parameter count, 48-d input, 2 classes (``DCNNClassifier``), default folding (False, True)::
-
-    conv 1: 1*6*48*7 weights + 6*48 biases                      =  2,016 +   288
-    conv 2: 6*14*48*5 weights + 14*24 biases (after folding)    = 20,160 +   336
-    output: (14*24*4 = 1,344) * 2 + 2                           =  2,690
-                                                      total       25,490 (+ word vectors)
-
-    folding (True, True): 2,016 + 6*24 + 6*14*24*5 + 14*12 + (14*12*4)*2 + 2 = 13,754
+row with its own filters (Eq. 1, 5, 7), folding (Sec. 3.6), dynamic k-max pooling (Sec. 3.2-3.3,
+Eq. 4), a bias per row and tanh (Sec. 3.4). ``DCNNClassifier`` classifies a sentence (SST, TREC);
+``DCNNPairClassifier`` encodes P and H with one DCNN and matches ``[u; v; |u - v|; u * v]`` (the
+SNLI baseline). Hyper-parameters (the authors' Matlab release), folding placement, masks in
+padded batches, the per-layer L2 and the parameter counts: ``docs/models/dcnn.md``.
 """
 
 from __future__ import annotations
@@ -249,9 +212,18 @@ def _check_classes(num_classes: int) -> None:
         raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
 
 
-def _l2_penalty(groups: Sequence[tuple[float, Sequence[torch.Tensor]]]) -> torch.Tensor:
-    """Sum of lambda / 2 * ||W||^2 over (lambda, weights) groups; frozen weights are skipped."""
-    total = torch.zeros((), device=groups[-1][1][0].device)
+def _l2_penalty(
+    l2: Sequence[float],
+    embedding: nn.Embedding,
+    encoder: DCNNEncoder,
+    output_weights: Sequence[torch.Tensor],
+) -> torch.Tensor:
+    """Per-layer L2 of the Matlab release: sum of lambda / 2 * ||W||^2 with ``l2`` = (embedding,
+    each conv layer, output) coefficients; biases are not penalised, frozen weights skipped."""
+    groups = [(l2[0], [embedding.weight])]
+    groups += [(c, [layer.weight]) for c, layer in zip(l2[1:-1], encoder.layers, strict=True)]
+    groups.append((l2[-1], output_weights))
+    total = torch.zeros((), device=output_weights[0].device)
     for coefficient, weights in groups:
         for w in weights:
             if coefficient > 0 and w.requires_grad:
@@ -294,12 +266,7 @@ class DCNNClassifier(Network):
 
     def regularization_loss(self) -> torch.Tensor:
         """Per-layer L2 of the Matlab release: embedding, each conv layer, output (weights only)."""
-        groups = [(self.l2[0], [self.embedding.weight])]
-        groups += [
-            (c, [layer.weight]) for c, layer in zip(self.l2[1:-1], self.encoder.layers, strict=True)
-        ]
-        groups.append((self.l2[-1], [self.output.weight]))
-        return _l2_penalty(groups)
+        return _l2_penalty(self.l2, self.embedding, self.encoder, [self.output.weight])
 
     def forward(
         self, sentence: torch.Tensor, sentence_mask: torch.Tensor, return_details: bool = False
@@ -356,13 +323,8 @@ class DCNNPairClassifier(Network):
 
     def regularization_loss(self) -> torch.Tensor:
         """Per-layer L2: embedding, each conv layer, and every weight matrix of the MLP."""
-        groups = [(self.l2[0], [self.embedding.weight])]
-        groups += [
-            (c, [layer.weight]) for c, layer in zip(self.l2[1:-1], self.encoder.layers, strict=True)
-        ]
         mlp = [m.weight for m in self.classifier.modules() if isinstance(m, nn.Linear)]
-        groups.append((self.l2[-1], mlp))
-        return _l2_penalty(groups)
+        return _l2_penalty(self.l2, self.embedding, self.encoder, mlp)
 
     def forward(
         self,

@@ -1,48 +1,11 @@
 """Decomposable Attention (Parikh, Täckström, Das & Uszkoreit, EMNLP 2016): Table 2 rows 8 and 9.
 
 Attend, compare, aggregate. Each word of one sentence is softly aligned with the other sentence
-(attend), each word is compared with what it is aligned to (compare), and the comparisons are
-summed and classified (aggregate). No recurrence, no word order (except for the optional
-intra-sentence attention's distance biases). Equation numbers below are the paper's.
-
-Choices where the paper (and seeds 002/003) leave room, also in ``docs/models/decatt.md``:
-
-* NULL token. Each sentence is prefixed with a NULL vector so a word can align with "nothing".
-  As in harvardnlp/decomp-attn (``<s>`` prefixed, a word without a GloVe vector, kept fixed
-  with the frozen word vectors), it lives in word-vector space and is fixed: a persistent
-  buffer, saved in checkpoints but not a trainable parameter and not counted. ``null_init``:
-  ``unit`` (default) = a random direction of unit length, as harvardnlp's ``<s>`` (N(0, 1)
-  then normalised like every word vector); ``normal`` = N(0, init_std²) per entry.
-  ``null_trainable=True`` makes it an ``nn.Parameter`` (+d_emb parameters;
-  ``paper_parameter_count`` still leaves it out, as a word vector).
-* Sharing. One projection and one F, G (and F_intra) serve both sentences (harvardnlp
-  ``share_params=1``); only shared weights give the paper's 382k / 582k.
-* Feed-forward nets F, G, H (and F_intra): two ReLU layers of width ``hidden_size``, dropout
-  before each linear map (harvardnlp); H ends with a linear map to the classes.
-* Intra-sentence attention (Eq. 7-8): one bias per clipped absolute distance
-  ``min(|i - j|, max_distance)`` -> ``max_distance + 1`` biases; so distances 10, 11, 12, ...
-  share one bias ("all distances > 10 share one bias", Parikh et al.), the distance is symmetric
-  (``d_{i-j} = d_{j-i}``), and the NULL position takes part like a word.
-* Init: every trainable parameter (weights, biases, distance biases) ~ N(0, init_std²),
-  init_std = 0.01 (harvardnlp ``param_init``: ``randn * 0.01``).
-* Masks: padded positions get zero weight in both softmaxes and in the intra softmax, and are
-  left out of the aggregate sums, so a pair's logits do not depend on batch padding.
-
-Parameter count (the paper's "Para": trainable, word vectors excluded) with d_emb = 300,
-hidden h = 200, 3 classes::
-
-    projection 300->200, no bias             300*200                 =  60,000
-    F   200->200->200                        2 * (200*200 + 200)     =  80,400
-    G   [a; beta] 400->200->200              (400*200+200) + 40,200  = 120,400
-    H   [v1; v2] 400->200->200->3            120,400 + (200*3 + 3)   = 121,003
-                                                              total    381,803   (paper: 382k)
-
-    with intra-sentence attention (inputs become [a; a'], 2h = 400):
-    F_intra 200->200->200                                            +  80,400
-    distance biases, distances 0..10                                 +      11
-    F input 200 -> 400                       +200*200                +  40,000
-    G input 400 -> 800                       +400*200                +  80,000
-                                                              total    582,214   (paper: 582k)
+(attend, Eq. 1-2), each word is compared with what it is aligned to (compare, Eq. 3), and the
+comparisons are summed and classified (aggregate, Eq. 4-5). No recurrence, no word order
+(except for the optional intra-sentence attention's distance biases, Eq. 7-8). Equation numbers
+are the paper's. The NULL token, weight sharing, initialisation, distance buckets, masks and the
+parameter counts (381,803 / 582,214 for the paper's 382k / 582k): ``docs/models/decatt.md``.
 """
 
 from __future__ import annotations
@@ -108,8 +71,8 @@ class DecomposableAttention(Network):
     """Decomposable Attention for sentence pairs (premise a, hypothesis b).
 
     ``intra_attention=False`` is Table 2 row 8 (381,803 parameters with 300-d word vectors and
-    3 classes), ``intra_attention=True`` row 9 (582,214); the arithmetic is in the module
-    docstring.
+    3 classes), ``intra_attention=True`` row 9 (582,214); the arithmetic is in
+    docs/models/decatt.md.
     """
 
     def __init__(
@@ -135,7 +98,7 @@ class DecomposableAttention(Network):
         input_size = embedding.embedding_dim
         h = hidden_size
 
-        # NULL word vector, prefixed to every sentence (see module docstring): a random direction
+        # NULL word vector, prefixed to every sentence (docs/models/decatt.md): a random direction
         # of unit length like harvardnlp's normalised <s> vector, or N(0, init_std²) per entry.
         null = torch.randn(input_size)
         null = null / null.norm() if null_init == "unit" else null * init_std

@@ -1,27 +1,12 @@
-"""DIIN: Densely Interactive Inference Network (Gong, Luo & Zhang, ICLR 2018; SPEC, seed 001).
+"""DIIN: Densely Interactive Inference Network (Gong, Luo & Zhang, ICLR 2018, §3.2).
 
-Five layers, top to bottom in this file:
-
-1. Embedding: word vector (fine-tuned, as in the paper) ⊕ character feature (char embedding →
-   Conv1D → max over characters, shared by both sentences) ⊕ binary exact-match feature.
-   The paper's POS one-hot is left out: no part-of-speech tagger with its model ships in a
-   registry package we can depend on offline (see docs/models/diin.md).
-2. Encoding: a two-layer highway network, then self-attention with the tri-linear score
-   ``A_ij = w·[p̂_i; p̂_j; p̂_i∘p̂_j]`` and a fuse gate ``p̃ = r∘p̂ + f∘z``. The self-attention
-   and fuse-gate weights of premise and hypothesis are separate; ``regularization_loss()``
-   keeps them close with ``diff_penalty · Σ‖W_p − W_h‖²``.
-3. Interaction: ``I_ij = p̃_i ∘ h̃_j``, an image of ``d`` channels and ``p × h`` pixels.
-4. Feature extraction: DenseNet (1×1 scale-down conv, dense blocks of 3×3 convs, transitions
-   of 1×1 conv + 2×2 max pool).
-5. Output: flatten → linear → classes.
-
-The DenseNet's flatten needs a fixed image size, so every premise and hypothesis is truncated or
-zero-padded to ``max_length`` tokens *inside* the model (the official code does the same with
-``seq_length=48`` in its data pipeline). Because of that, a pair's logits do not depend on how
-much padding the batch around it has.
-
-Equation references "(Eq. n)" follow the numbering of the arXiv version (1709.04348v3) and of the
-SPEC's restatement.
+Five layers, top to bottom in this file: embedding (word vector ⊕ character feature ⊕ exact
+match; the paper's POS one-hot is left out: no offline tagger), encoding (highway network,
+self-attention, fuse gate; ``regularization_loss()`` keeps the premise and hypothesis encoders
+close), interaction (``I_ij = p̃_i ∘ h̃_j``), feature extraction (DenseNet) and output (flatten,
+linear). Every sentence is zero-padded to ``sequence_length`` (= ``data.max_length``): the
+DenseNet's flatten needs a fixed image size, so a pair's logits do not depend on its batch.
+Choices, the official code's details and the parameter count: ``docs/models/diin.md``.
 """
 
 from __future__ import annotations
@@ -33,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from entailment_lab.errors import ConfigError
+from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import count_trainable_parameters, masked_softmax
 
@@ -282,8 +267,10 @@ class DIIN(Network):
 
     Parameters beyond the model contract (``embedding``, ``num_classes``, ``vocab``):
 
-    - ``max_length``: premise and hypothesis are truncated / zero-padded to this many tokens so
-      the DenseNet's flatten has a fixed size (official ``seq_length=48``).
+    - ``sequence_length``: premise and hypothesis are zero-padded to this many tokens so the
+      DenseNet's flatten has a fixed size (official ``seq_length=48``). Its config value is
+      ``${data.max_length}``: the DataModule truncates, and a real token past this length is a
+      ``DataError`` here, never cut silently.
     - ``char_dim``, ``char_filters``, ``char_width``, ``max_word_length``: character feature
       (official 8, 100, 5, 16).
     - ``exact_match``: append the binary exact-match feature; ``exact_match_stem``: compare
@@ -312,7 +299,7 @@ class DIIN(Network):
         embedding: nn.Embedding,
         num_classes: int,
         vocab: list[str],
-        max_length: int = 48,
+        sequence_length: int,
         char_dim: int = 8,
         char_filters: int = 100,
         char_width: int = 5,
@@ -335,7 +322,7 @@ class DIIN(Network):
     ) -> None:
         super().__init__()
         self.validate_config(
-            max_length=max_length,
+            sequence_length=sequence_length,
             char_dim=char_dim,
             char_filters=char_filters,
             char_width=char_width,
@@ -363,7 +350,7 @@ class DIIN(Network):
             raise ConfigError(
                 f"DIIN: model.net.scale_down={scale_down} leaves no channels of the "
                 f"{embedding.embedding_dim + char_filters}-d encoding")
-        self.max_length = max_length
+        self.sequence_length = sequence_length
         self.use_exact_match = exact_match
         self.dropout = dropout
         self.dropout_decay_rate = dropout_decay_rate
@@ -395,7 +382,7 @@ class DIIN(Network):
         # --- Feature extraction and output layers -------------------------------------------
         self.densenet = DenseNetExtractor(
             in_channels=d,
-            image_size=max_length,
+            image_size=sequence_length,
             scale_down=scale_down,
             first_kernel=first_scale_down_kernel,
             blocks=dense_blocks,
@@ -412,7 +399,7 @@ class DIIN(Network):
     def validate_config(
         cls,
         *,
-        max_length: int,
+        sequence_length: int,
         char_dim: int,
         char_filters: int,
         char_width: int,
@@ -453,10 +440,11 @@ class DIIN(Network):
                 f"model.net.max_word_length={max_word_length} must be >= "
                 f"model.net.char_width={char_width} (the character convolution is 'valid')"
             )
-        if max_length < 2**dense_blocks:
+        if sequence_length < 2**dense_blocks:
             fail(
-                f"model.net.max_length={max_length} is too small for dense_blocks={dense_blocks}: "
-                f"each transition halves the interaction map, so it must be >= {2**dense_blocks}"
+                f"data.max_length={sequence_length} (the sentence length, "
+                f"model.net.sequence_length) is too small for dense_blocks={dense_blocks}: each "
+                f"transition halves the interaction map, so it must be >= {2**dense_blocks}"
             )
         if not 0 < scale_down <= 1:
             fail(f"model.net.scale_down={scale_down} must be in (0, 1]")
@@ -500,17 +488,23 @@ class DIIN(Network):
         other_mask: torch.Tensor,
         dropout: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Embedding layer for one sentence, fitted to ``max_length``: (batch, L, d), (batch, L).
+        """Embedding layer for one sentence, padded to L = ``sequence_length``: (B, L, d), (B, L).
 
-        Exact match is computed on the full (untruncated) sentences, then everything is cut or
-        padded to ``max_length``.
+        Exact match is computed on the sentences as given, then everything is padded to ``L``.
+        Truncation is the DataModule's (``data.max_length``): a real token past ``L`` is an error.
         """
+        length = self.sequence_length
+        if mask.size(1) > length and bool(mask[:, length:].any()):
+            raise DataError(
+                f"DIIN: a sentence has more than {length} tokens, the length the model was built "
+                f"for (data.max_length); truncate it to {length} tokens"
+            )
         parts = []
         if self.use_exact_match:
             keys, other_keys = self.match_keys[ids], self.match_keys[other_ids]
             em = exact_match_feature(keys, mask, other_keys, other_mask)  # (batch, len, 1)
-            parts.append(fit_length(em, self.max_length))
-        ids, mask = fit_length(ids, self.max_length), fit_length(mask, self.max_length)
+            parts.append(fit_length(em, length))
+        ids, mask = fit_length(ids, length), fit_length(mask, length)
         words = F.dropout(self.embedding(ids), dropout, self.training)  # (batch, L, d_emb)
         chars = self.char_features(self.char_ids[ids], dropout)  # (batch, L, char_filters)
         x = torch.cat([words, chars, *parts], dim=-1)  # (batch, L, d)
@@ -529,13 +523,13 @@ class DIIN(Network):
         With ``return_details``: ``interaction_norm`` ‖I_ij‖ (batch, p, h), the self-attention
         maps ``premise_attention`` (batch, p, p) / ``hypothesis_attention`` (batch, h, h), and the
         exact-match features (batch, p) / (batch, h); p and h are the input lengths capped at
-        ``max_length``.
+        ``sequence_length``. Columns past ``sequence_length`` may hold padding only.
         """
         dropout = self.current_dropout() if self.training else 0.0
-        len_p = min(premise.size(1), self.max_length)
-        len_h = min(hypothesis.size(1), self.max_length)
+        len_p = min(premise.size(1), self.sequence_length)
+        len_h = min(hypothesis.size(1), self.sequence_length)
 
-        # Embedding layer: x = [word; char; exact match], L = max_length
+        # Embedding layer: x = [word; char; exact match], L = sequence_length
         p, p_mask = self.embed(premise, premise_mask, hypothesis, hypothesis_mask, dropout)
         h, h_mask = self.embed(hypothesis, hypothesis_mask, premise, premise_mask, dropout)
 
@@ -569,10 +563,10 @@ class DIIN(Network):
     def heatmaps(self, details: Mapping[str, torch.Tensor], premise: Sequence[str],
                  hypothesis: Sequence[str], index: int = 0) -> dict[str, HeatMap]:
         """‖I_ij‖ of the interaction image, hypothesis × premise, scaled by its maximum."""
-        lp, lh = min(len(premise), self.max_length), min(len(hypothesis), self.max_length)
+        lp, lh = len(premise), len(hypothesis)
         norms = details["interaction_norm"][index, :lp, :lh].detach().float().cpu().T
         norms = norms / norms.max().clamp_min(1e-12)
-        return {"interaction": HeatMap(norms, list(hypothesis[:lh]), list(premise[:lp]),
+        return {"interaction": HeatMap(norms, list(hypothesis), list(premise),
                                        "Interaction ‖I_ij‖", "premise word i",
                                        "hypothesis word j", "norm / max norm")}
 

@@ -1,87 +1,12 @@
-"""DIN: Dynamic Interactive Network over matrix space (Huo & Liu, 2018), DIN-1, DIN-2, ablation.
+"""DIN: Dynamic Interactive Network over matrix space (Huo & Liu, 2018): DIN-1, DIN-2, ablation.
 
-Pipeline (equation numbers of the seed paper, ``shared/seeds/000_*.txt``; m = √d):
-
-1. Embedding: fixed word vectors (passed in), ``x'_τ`` for P and ``x_t`` for H, size d_emb.
-2. Encoding layer (Eq. 3-6): a GRU of size d over the premise only, ``h'_τ``.
-3. Transformation layer (Eq. 7): ``W̃ = tanh(W_trans · c + b_trans)`` turns a vector into an m×m
-   matrix; P uses ``c = h'_τ`` (d -> m×m), H uses the raw word vector ``c = x_t`` (d_emb -> m×m).
-4. Interaction layer (Eq. 8): for every hypothesis position t a matrix RNN over the premise,
-   ``W^t_τ = tanh(W̃'_τ W̃_t + W_inter W^t_{τ-1} + b_inter)``; its output is ``W^t_{ℓ_P}``.
-5. Control layer: a GRU over H whose weights at step t are generated from ``W^t_{ℓ_P}``:
-   DIN-1 (Eq. 9-16) with a matrix state, DIN-2 (Eq. 17-19) with a vector state, or, for the
-   Table 2 row 18 ablation ("static"), an ordinary GRU reading ``[x_t; VECTORIZE(W^t_{ℓ_P})]``.
-6. Output layer (Eq. 20-22): mean of ``h_t`` over the true hypothesis length, one fully
-   connected layer, softmax classifier (the model returns logits; the loss applies the softmax).
-
-Equation numbers up to (16) are printed in the text and confirmed by its §3.2(e) ("式(15)(16)",
-"式(9)-(14)"); the extracted text does not print the later ones, so (17)-(22) here are counted
-in display order: (17) the DIN-2 GRU block, (18) V^t and W^t_g, (19) b^t_g, (20) mean pooling,
-(21) FC, (22) softmax.
-
-Ambiguities of the text and the choices made here (constructor knob in brackets; the defaults
-reproduce every DIN "Para" figure of Table 2 under the counting convention in ``SPEC.md``):
-
-* DIN-1, what multiplies ``[H_{t-1}, W̃_t]`` (Eq. 10-12) [``din1_weights``]. The text generates
-  ONE m×m matrix ``W^t_g`` per gate (Eq. 15, ``W_con ∈ R^{m×m}``) but applies it to a pair of
-  m×m matrices. ``"shared"`` (default): the same generated matrix multiplies both parts from the
-  left and the products are summed, ``W^t_g·H_{t-1} + W^t_g·W̃_t`` - the only reading that keeps
-  every shape the text states (and Table 2's 9d control parameters). ``"split"``: the pair is
-  stacked and each part gets its own generated matrix (a second ``W_con``/``b_con`` per gate,
-  ``W_con_x``/``b_con_x``), ``W^t_{g,H}·H_{t-1} + W^t_{g,x}·W̃_t`` (6d more parameters).
-* DIN-2, the generated weight (Eq. 17-19) [``din2_weights``]. ``W^t_g = W^g_con V^t + b^g_con``
-  is a d-vector (``W_con ∈ R^{d×d}``, ``b_con ∈ R^d``) and ``b^t_g = B^g_con V^t``. The text
-  calls it a re-parameterisation as in HyperNetworks. ``"diagonal"`` (default): the vector is
-  a diagonal weight applied to both parts of the input, ``W^t_g ⊙ h_{t-1} + W^t_g ⊙ x_t``
-  (mirrors DIN-1's "shared"); it uses exactly the parameters the text lists and reproduces
-  Table 2's DIN-2 counts. ``"row_scale"``: HyperNetworks' memory-efficient form, the vector
-  scales the rows of a static weight, ``W^t_g ⊙ (U^g_h h_{t-1} + U^g_x x_t)`` (static ``U_h``,
-  ``U_x`` per gate, not in the text; Table 2's counts are then not reproduced). Eq. 17-19 show
-  no tanh on the generated vectors (unlike DIN-1's Eq. 15-16); none is applied.
-* DIN-2, the GRU input written ``x_{t-1}`` (Eq. 17) [``din2_input``]. Read as the input of step
-  t (the t-1 is taken as a typo: every other GRU in the paper reads its step's own input).
-  ``"hypothesis_matrix"`` (default): ``VECTORIZE(W̃_t)``, the transformed hypothesis word, the
-  same input DIN-1 uses (size d, so a diagonal weight fits). ``"word"``: the raw word vector
-  ``x_t`` (size d_emb; needs ``din2_weights="row_scale"`` unless d_emb = d).
-* Ablation input (Table 2 row 18) [``static_input``]: the ordinary GRU reads
-  ``[x_t; VECTORIZE(W^t_{ℓ_P})]`` with ``"word"`` (default; size d_emb + d, 700 -> 400 in the
-  paper, which reproduces its 1.9M) or ``[VECTORIZE(W̃_t); VECTORIZE(W^t_{ℓ_P})]`` with
-  ``"hypothesis_matrix"``.
-* Initial interaction state ``W^t_0`` (Eq. 8) [``interaction_init``]: ``"zeros"`` (default, a
-  standard RNN start) or ``"hypothesis"`` (``W^t_0 = W̃_t``, reading Eq. 8's summary
-  ``W^t_τ = RNN(W^t_{τ-1}, W̃_t)`` as the hypothesis word being the RNN's starting point).
-* Padded premise positions (Eq. 8): each (pair, hypothesis word) row runs the recurrence over
-  its own premise's real positions only, so its output is the state at the true last position
-  ``ℓ_P`` whatever the padding (equivalent to keeping ``W^t_{τ-1}`` wherever τ is padding). No
-  knob.
-* Padding is assumed at the end of each row (the DataModule pads right), so a sentence's length
-  is ``mask.sum()``. The encoder GRU and the ablation's GRU run packed; position-wise layers
-  (transformations, weight generation) run on the real positions only; the control recurrence
-  runs over the padded length, but its padded steps come after every real step and are left out
-  of the mean pooling.
-* Initial control state ``h_0`` / ``H_0``: zeros (the paper does not say). No knob.
-* Activation of the FC layer (Eq. 21) [``fc_activation``]: ``"tanh"`` (default, the
-  non-linearity used everywhere else in the model), ``"relu"`` or ``"none"``.
-* Dropout (§3.1.3: "on the encoder's input and output and the control layer's output"): on the
-  premise word vectors (the encoder reads P only), on ``h'_τ``, and on the control outputs
-  ``h_t`` before pooling. Hypothesis word vectors are not dropped.
-* Initialisation (not in the text): every weight uniform(±1/√fan_in) like PyTorch's own layers.
-
-Analysis maps (``return_details=True``), for heat maps like the paper's Fig. 2 and Fig. 3:
-
-* ``"interaction_norms"`` (batch, len_h, len_p): ``α^t_τ = ‖VECTORIZE(W^t_τ)‖_2`` min-max
-  normalised over the real premise positions τ of each hypothesis word t (Fig. 2). Padded τ and
-  padded t are 0; a row whose real values are all equal (e.g. a one-word premise) is 0.
-* ``"gate_change"`` (batch, 3, len_h), rows (z, r, h): the change of the generated weights at
-  each hypothesis step (Fig. 3), ``Δ^t_g = ‖W^t_g − W^{t-1}_g‖_F`` (for DIN-1 "split" both
-  generated parts together). ``W^0_g`` is the "resting" weight the generator produces from an
-  all-zero interaction matrix (``tanh(b_con)`` for DIN-1, ``b_con`` for DIN-2), i.e. the weight
-  before any interaction. Min-max normalised jointly over the three gates and the real
-  hypothesis positions of each pair (so the gates can be compared, as the paper does); padded
-  positions 0. For ``"static"`` no weights are generated: Δ is the change of the GRU's gate
-  activations instead (update z, reset r, candidate n), ``‖g_t − g_{t-1}‖_2``, with ``g_0`` the
-  activations for a zero input and zero state, normalised the same way.
-* ``"premise_mask"``, ``"hypothesis_mask"``: the input masks, to crop the maps.
+A GRU encodes the premise; every word of both sentences becomes an m×m matrix (m = √d, Eq. 7);
+for each hypothesis word a matrix RNN reads the premise (interaction, Eq. 8), and its output
+generates the weights of a GRU over the hypothesis (control: DIN-1 Eq. 9-16, DIN-2 Eq. 17-19;
+Table 2 row 18 feeds it to an ordinary GRU instead); mean pooling, FC and softmax follow
+(Eq. 20-22). Equation numbers are the paper's. The paper's ambiguities and the knob that selects
+each reading (the defaults reproduce Table 2's parameter counts), the analysis maps of Fig. 2
+and 3, and the speed measurements: ``docs/models/din.md``.
 """
 
 from __future__ import annotations
@@ -96,11 +21,17 @@ from torch.nn import functional as F
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
-from entailment_lab.models.common import count_trainable_parameters, masked_mean
+from entailment_lab.models.common import (
+    count_trainable_parameters,
+    longest_first,
+    masked_mean,
+    run_packed,
+    scatter_rows,
+)
 
 GATES = ("z (update)", "r (reset)", "h (candidate)")  # rows of the gate-change map (Fig. 3)
 VARIANTS = ("din1", "din2", "static")
-CHOICES = {  # the reading knobs and their allowed values (module docstring), default first
+CHOICES = {  # the reading knobs and their allowed values (docs/models/din.md), default first
     "variant": VARIANTS,
     "din1_weights": ("shared", "split"),
     "din2_weights": ("diagonal", "row_scale"),
@@ -137,42 +68,6 @@ def minmax_normalise(
     span = hi - lo
     scaled = (values - lo) / torch.where(span > 0, span, torch.ones_like(span))
     return torch.where(mask & (span > 0), scaled, torch.zeros_like(values))
-
-
-def scatter_rows(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The inverse of ``x[mask]``: rows (N, ...) -> (batch, len, ...), zeros where mask is False.
-
-    Position-wise layers run on the N real positions only (``x[mask]``) and scatter back, so
-    padding costs no compute.
-    """
-    return rows.new_zeros(*mask.shape, *rows.shape[1:]).index_put((mask,), rows)
-
-
-def longest_first(lengths: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int]]:
-    """Order of rows by ``lengths``, longest first, and how many rows still run at each step.
-
-    With the rows in this order, those still inside their sequence at step s are the first
-    ``running[s]`` (the idea of ``pack_padded_sequence``): a recurrence updates only that
-    prefix, so padding is never computed.
-    """
-    order = torch.argsort(lengths, descending=True, stable=True)
-    steps_range = torch.arange(steps, device=lengths.device)
-    running = (lengths[None, :] > steps_range[:, None]).sum(dim=1)  # (steps,), non-increasing
-    return order, running.tolist()
-
-
-def run_packed(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Run a batch-first ``gru`` over right-padded ``x`` (batch, len, in) as a packed sequence.
-
-    Padded steps are skipped (outputs 0 there); real steps are as in the unpacked run.
-    """
-    packed = nn.utils.rnn.pack_padded_sequence(
-        x, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
-    )
-    out, _ = nn.utils.rnn.pad_packed_sequence(
-        gru(packed)[0], batch_first=True, total_length=x.shape[1]
-    )
-    return out
 
 
 class Transformation(nn.Module):
@@ -224,7 +119,6 @@ class Interaction(nn.Module):
         Padded hypothesis positions get a zero matrix. With ``return_norms`` also
         ``‖W^t_τ‖_F`` (batch, len_h, len_p), 0 at padded positions.
         """
-        batch, len_h, m, _ = W_h.shape
         len_p = W_p.shape[1]
         # The N = Σ ℓ_H real rows, sorted by their premise's length, longest first.
         b_idx, t_idx = hypothesis_mask.nonzero(as_tuple=True)  # (N,) each
@@ -246,11 +140,11 @@ class Interaction(nn.Module):
             if return_norms:
                 norms.append(F.pad(state.flatten(1).norm(dim=1), (0, n_rows - n)))  # (N,)
         state = torch.cat([state, *reversed(finished)])  # W^t_{ℓ_P}, all N rows in order
-        out = W_h.new_zeros(batch, len_h, m, m).index_put((b_idx, t_idx), state)
+        out = scatter_rows(state, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, m, m)
         if not return_norms:
             return out, None
         norms_rows = torch.stack(norms, dim=1)  # (N, len_p)
-        return out, W_h.new_zeros(batch, len_h, len_p).index_put((b_idx, t_idx), norms_rows)
+        return out, scatter_rows(norms_rows, hypothesis_mask, (b_idx, t_idx))
 
 
 class MatrixControlGRU(nn.Module):
@@ -444,7 +338,7 @@ def _step_change(W: torch.Tensor, W0: torch.Tensor) -> torch.Tensor:
 class DIN(Network):
     """The Dynamic Interactive Network: ``variant`` "din1", "din2" or "static" (Table 2 row 18).
 
-    See the module docstring for the architecture, every ambiguity of the paper's text and the
+    See docs/models/din.md for the architecture, every ambiguity of the paper's text and the
     knob that selects each reading.
     """
 
@@ -594,11 +488,12 @@ class DIN(Network):
         return h, norms, change
 
     def paper_parameter_count(self) -> int:
-        """Trainable parameters (no embeddings) counted as the paper appears to (see SPEC.md).
+        """Trainable parameters (no embeddings) counted as the paper appears to count them.
 
         The true count minus one of the three gate blocks of every GRU with static gate weights
         (the encoder, the ablation's control GRU, DIN-2's ``U_h``/``U_x`` under "row_scale"):
-        the paper's figures match a GRU counted as 2 weight blocks + 4d biases.
+        the paper's figures match a GRU counted as 2 weight blocks + 4d biases
+        (docs/models/din.md, "Parameter counts").
         """
         surplus = 0
         for module in self.modules():

@@ -1,55 +1,13 @@
 """Lexicalized classifier (Bowman, Angeli, Potts & Manning, EMNLP 2015, §3.2).
 
-"A large annotated corpus for learning natural language inference" introduces SNLI and, in
-section 3.2 ("Lexicalized Classifier"), a multinomial logistic regression over hand-built
-lexical features of the pair (78.2 % SNLI test accuracy). This is that classifier, written in
-torch so that it trains in the same LightningModule, data pipeline and results files as every
-neural model: the floor the neural rows are read against. Features (hypothesis h, premise p;
-token ids, never strings), the paper's numbering in brackets:
-
-Real-valued ("dense", ``nn.Linear(n_dense, classes)``), in this order (``DENSE_FEATURE_NAMES``):
-
-1. ``bleu`` [1]: BLEU of h against p (n-gram orders 1..4, clipped counts, brevity penalty),
-   with add-one smoothing of the n > 1 precisions (Lin & Och 2004): ``(m_n + 1) / (c_n + 1)``.
-2. ``length_difference`` [2]: ``len(h) - len(p)`` in tokens.
-3. ``overlap_count`` [3]: hypothesis tokens whose word occurs in the premise.
-4. ``overlap_fraction`` [3]: ``overlap_count / len(h)``.
-
-Hashed indicators (``nn.EmbeddingBag(num_buckets, classes, mode="sum")``), one family each:
-
-* every hypothesis unigram and bigram [4];
-* cross-unigrams [5]: every pair (premise word, hypothesis word);
-* cross-bigrams [6]: every pair (premise bigram, hypothesis bigram) (``cross_bigram_pairs=
-  "all"``), or only pairs whose second words are equal (``"same_second"``);
-* additions, not in the paper's list (each can be switched off): length-difference bucket
-  ``clip(len(h) - len(p), -10, 10)``, overlap-count bucket ``min(overlap_count, 10)`` and
-  overlap-fraction bucket ``floor(10 * overlap_fraction)`` (``bucket_indicators``); new words,
-  every hypothesis word that does not occur in the premise (``new_words``); premise unigrams
-  (``premise_unigrams``, off by default).
-
-Choices, also in ``docs/models/lexical.md``:
-
-* No POS tagger offline: the paper's cross features require the two words (the two bigrams'
-  second words) to share a POS tag; that condition is dropped, so every pair is a feature.
-  The paper also counts the overlap over nouns, verbs, adjectives and adverbs only: dropped.
-* Feature hashing: each indicator is a hash of its token ids and a per-family salt into
-  ``num_buckets`` weights (collisions are shared weights). The vocabulary is fixed per run
-  and stored in the checkpoint, so ids are as good as strings.
-* Indicators, not counts (``binary=True``): a feature that fires twice in a pair (a repeated
-  word, or two features hashed to one bucket) contributes its weight once.
-* Padding never produces a feature: n-grams and pairs are built from real tokens only, and
-  only the valid hashed ids are passed to the bag (``offsets``), so a pair's logits do not
-  depend on how much padding its batch has. Masks may have padding anywhere; real tokens are
-  first moved to the front in order (a no-op for the DataModule's right-padded batches).
-* The word embedding passed in by the backbone is not used (and not stored: it is neither in
-  the checkpoint nor in the optimiser). L2 is ``regularization_loss`` (``l2``), see below.
-
-Parameters (trainable; with 3 classes, defaults)::
-
-    hashed indicator weights   num_buckets * classes   = 1,048,576 * 3 = 3,145,728
-    dense weights              n_dense * classes       =         4 * 3 =        12
-    bias                       classes                 =                         3
-                                                                  total  3,145,743
+"A large annotated corpus for learning natural language inference" introduces SNLI and, in §3.2
+("Lexicalized Classifier"), a multinomial logistic regression over hand-built lexical features
+of the pair (78.2 % SNLI test accuracy): BLEU, length difference, overlap, hypothesis n-grams,
+cross-unigrams and cross-bigrams. This is that classifier in torch, so that it trains in the same
+LightningModule, data pipeline and results files as every neural model: the floor the neural
+rows are read against. Features come from token ids and indicators are hashed into
+``num_buckets`` weights. The feature list, the choices (no POS tags offline, hashing,
+indicators, BLEU smoothing, padding) and the parameter count: ``docs/models/lexical.md``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A shared LSTM reads the premise and the hypothesis separately; each sentence is the LSTM's
 final state at its true last token (packed sequences, so padding is never read); the pair is
-classified from ``[u; v; |u - v|; u * v]`` by an MLP (Mou et al. 2016).
+classified from ``[u; v; |u - v|; u * v]`` by an MLP (Mou et al. 2016). Notes and recipe:
+``docs/models/lstm.md``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
-from entailment_lab.models.common import PairFeatureClassifier
+from entailment_lab.models.common import PairFeatureClassifier, pack
 
 
 class LSTMEncoder(nn.Module):
@@ -29,9 +29,7 @@ class LSTMEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = self.dropout(self.embedding(ids))  # (batch, len, d_emb)
-        lengths = mask.sum(dim=1).cpu()        # (batch,)
-        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        _, (h_n, _) = self.lstm(packed)        # h_n: (1, batch, hidden) at each true end
+        _, (h_n, _) = self.lstm(pack(x, mask))  # h_n: (1, batch, hidden) at each true end
         return h_n[-1]
 
 

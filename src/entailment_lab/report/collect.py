@@ -91,7 +91,8 @@ def load_job(folder: Path) -> Job:
     params = data.get("params") or {}
     job = Job(
         folder=str(folder), status=status, task=data.get("task"), model=data.get("model"),
-        dim=data.get("dim"), seed=data.get("seed"), data=data.get("data"),
+        inputs=data.get("inputs"), dim=data.get("dim"), seed=data.get("seed"),
+        data=data.get("data"),
         tags=list(data.get("tags") or []), choices=dict(data.get("choices") or {}),
         overrides=list(data.get("overrides") or []), params=params.get("trainable"),
         params_paper=params.get("paper_convention"),

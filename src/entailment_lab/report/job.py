@@ -23,6 +23,7 @@ class Job:
     status: str
     task: str | None = "train"
     model: str | None = None
+    inputs: str | None = None  # what the model reads: "pair" or "sentence" (Network.inputs)
     dim: int | None = None
     seed: int | None = None
     data: str | None = None

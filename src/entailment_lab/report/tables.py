@@ -15,7 +15,6 @@ from entailment_lab.paper_tables import (
     ALL_ROWS,
     PAIR_ROWS,
     SENTENCE_DATA,
-    SENTENCE_MODELS,
     SENTENCE_ROWS,
     PaperRow,
 )
@@ -121,8 +120,9 @@ class Table:
 
 
 def layout_of(data: str, jobs: Sequence[Job]) -> str:
-    """Sentence data (SST, TREC) get the DCNN layout, sentence pairs Table 2's."""
-    if data in SENTENCE_DATA or (jobs and all(j.model in SENTENCE_MODELS for j in jobs)):
+    """Sentence data (SST, TREC), or jobs whose models all read single sentences, get the DCNN
+    layout; sentence pairs Table 2's."""
+    if data in SENTENCE_DATA or (jobs and all(j.inputs == "sentence" for j in jobs)):
         return "sentence"
     return "pair"
 
