@@ -7,7 +7,8 @@ from omegaconf import DictConfig
 
 from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
 from entailment_lab.data.text import Vocabulary
-from entailment_lab.explain import explain_pair, save_figures
+from entailment_lab.explain import explain_pair
+from entailment_lab.files import save_figures
 from entailment_lab.pipeline import check_config, load_trained
 
 register_resolvers()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from entailment_lab.explain import save_figures
+from entailment_lab.files import save_figures
 from entailment_lab.report import find_job_folders
 from entailment_lab.results import RESULTS_FILE, read_results, write_text_atomic
 

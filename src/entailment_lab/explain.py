@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -82,22 +81,6 @@ def explain_pair(module: L.LightningModule, vocab: Vocabulary, premise: str, hyp
     return {"premise_tokens": p_tokens, "hypothesis_tokens": h_tokens, "probabilities":
             dict(zip(names, probs, strict=True)), "prediction": label,
             "figures": figures_for(module.net, out, p_tokens, h_tokens, title)}
-
-
-def save_figures(figures: Mapping[str, Figure], folder: str | Path, prefix: str = "",
-                 dpi: float | None = None) -> list[Path]:
-    """Write each figure as ``<prefix><name>.png`` (atomically) and close it."""
-    from entailment_lab.files import write_figure_atomic
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, fig in figures.items():
-        path = folder / f"{prefix}{name}.png"
-        write_figure_atomic(path, fig, dpi=dpi)
-        plt.close(fig)
-        paths.append(path)
-    return paths
 
 
 class HeatmapLogger(L.Callback):

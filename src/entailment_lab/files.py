@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +42,17 @@ def write_figure_atomic(path: str | os.PathLike, fig: Any, dpi: float | None = N
     """Render ``fig`` in the format its file name says (``.png``) and write it atomically."""
     fmt = Path(path).suffix.lstrip(".") or "png"
     write_bytes_atomic(path, figure_bytes(fig, fmt, dpi))
+
+
+def save_figures(figures: Mapping[str, Any], folder: str | os.PathLike, prefix: str = "",
+                 dpi: float | None = None) -> list[Path]:
+    """Write each figure as ``<folder>/<prefix><name>.png`` (atomically) and close it."""
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for name, fig in figures.items():
+        path = Path(folder) / f"{prefix}{name}.png"
+        write_figure_atomic(path, fig, dpi=dpi)
+        plt.close(fig)
+        paths.append(path)
+    return paths

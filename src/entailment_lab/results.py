@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 
 from entailment_lab.files import write_text_atomic
@@ -73,38 +72,6 @@ class ResultsFile:
         if error is not None:
             self.data["error"] = f"{type(error).__name__}: {error}"
         self.save()
-
-
-class EpochHistory(L.Callback):
-    """Per-epoch training and validation metrics (``train/acc``, ``train/loss_epoch``,
-    ``val/acc``, ``val/loss``), kept for ``results.json`` so the validation curve of every run
-    can be plotted from its results alone (``src/curves.py``), whatever the logger."""
-
-    TRAIN_KEYS = ("train/acc", "train/loss_epoch")
-    VAL_KEYS = ("val/acc", "val/loss")
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, float | int | None]] = []
-        self._validated = False
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._validated = not trainer.sanity_checking
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Validation runs inside the training epoch, so its metrics are already here; an
-        # epoch without validation (check_val_every_n_epoch > 1) records training only.
-        keys = self.TRAIN_KEYS + (self.VAL_KEYS if self._validated else ())
-        metrics = trainer.callback_metrics
-        row: dict[str, float | int | None] = {"epoch": trainer.current_epoch}
-        row.update({k: clean_number(metrics[k]) for k in keys if k in metrics})
-        self.rows.append(row)
-        self._validated = False
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows}  # resuming from last.ckpt keeps the earlier epochs
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.rows = list(state_dict.get("rows", []))
 
 
 def read_results(path: str | Path) -> dict[str, Any]:
