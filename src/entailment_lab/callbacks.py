@@ -111,7 +111,7 @@ class ResultsRecorder(L.Callback):
         return {"history": self.history}  # resuming from last.ckpt keeps the earlier epochs
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = list(state_dict.get("history", state_dict.get("rows", [])))
+        self.history = list(state_dict.get("history", []))
 
     def _save(self, trainer: L.Trainer) -> None:
         if trainer.is_global_zero:
