@@ -8,16 +8,15 @@ import gzip
 import json
 import logging
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from urllib.parse import urlparse
 
 import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from entailment_lab.errors import DataError
+from entailment_lab.online import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -89,19 +88,12 @@ def load_local_split(path: str | os.PathLike, split: str, cache_dir: str | None 
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub answers (a TCP connect, not a 20-second retry loop)."""
+    """Whether the Hugging Face hub answers (one request, not a 20-second retry loop)."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "") or os.environ.get(
         "HF_DATASETS_OFFLINE", "0"
     ) not in ("0", ""):
         return False
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy")):
-        return True  # behind a proxy a direct connect says nothing; let the hub client try
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    return unreachable(os.environ.get("HF_ENDPOINT", "https://huggingface.co"), timeout) is None
 
 
 def _load_hub_dataset(name: str, config: str | None, cache_dir: str | None, online: bool,

@@ -1,20 +1,19 @@
 """Report jobs from the runs of a W&B project (``--wandb ENTITY/PROJECT``).
 
-The reachability check is an HTTP request with a timeout, done before ``wandb.Api`` (which asks
-for an API key before it touches the network); every failure is one ``UserError`` line.
+The reachability check (``online.unreachable``) runs before ``wandb.Api`` (which asks for an
+API key before it touches the network); every failure is one ``UserError`` line.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlparse
 
 from entailment_lab.errors import UserError
+from entailment_lab.online import unreachable
 from entailment_lab.report.job import COMPLETED, FAILED, RUNNING, Job, first_line, percent
 from entailment_lab.report.match import match_row
 
@@ -28,20 +27,13 @@ def check_wandb_reachable(timeout: float = 3.0) -> None:
     if mode in ("offline", "disabled", "dryrun"):
         raise UserError(f"--wandb needs the W&B API but WANDB_MODE={mode}; unset WANDB_MODE, or "
                         "report from the local job folders (python src/report.py multirun/...)")
-    url = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
-    scheme = "http" if url.scheme == "http" else "https"
-    host, port = url.hostname or "api.wandb.ai", url.port or (80 if scheme == "http" else 443)
-    where = f"[{host}]" if ":" in host else host  # an IPv6 address
-    probe = urllib.request.Request(f"{scheme}://{where}:{port}/", method="HEAD")
-    try:  # urllib's timeout bounds the connection and the answer
-        urllib.request.urlopen(probe, timeout=timeout).close()
+    url = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+    reason = unreachable(url, timeout)
+    if reason is None:
         return
-    except urllib.error.HTTPError as err:  # an answer; 5xx: a gateway found no server behind
-        if err.code < 500:
-            return
-        reason = f"HTTP {err.code} {err.reason}"
-    except (OSError, ValueError) as err:  # URLError, refused, timed out, a malformed URL
-        reason = str(getattr(err, "reason", None) or err)
+    parsed = urlparse(url)
+    host = parsed.hostname or "api.wandb.ai"
+    port = parsed.port or (80 if parsed.scheme == "http" else 443)
     raise UserError(f"cannot reach the W&B API at {host}:{port} within {timeout:g} s: {reason}; "
                     "check the network, or report from the local job folders")
 
