@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePath
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
@@ -156,12 +159,41 @@ class ClassifierModule(L.LightningModule):
                                  "frequency": 1}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_KEY] = {
+        # Plain containers only, so every reader loads the file with ``weights_only=True``.
+        checkpoint[CHECKPOINT_KEY] = plain_data({
             **checkpoint.get(CHECKPOINT_KEY, {}),  # callbacks' entries (the W&B run id)
             **self.metadata,
             "label_names": self.label_names,
             "train_acc_at_best": self.train_acc_at_best,
-        }
+        }, CHECKPOINT_KEY)
+        for prefix in ("", "datamodule_"):  # Lightning's copies of the saved hparams
+            key = f"{prefix}hyper_parameters"
+            if key in checkpoint:
+                checkpoint[key] = plain_data(checkpoint[key], key)
+                checkpoint.pop(f"{prefix}hparams_type", None)  # a class (OmegaConf hparams)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.train_acc_at_best = checkpoint.get(CHECKPOINT_KEY, {}).get("train_acc_at_best")
+
+
+def plain_data(value: Any, where: str = "value") -> Any:
+    """``value`` as plain Python data (dict, list, str, int, float, bool, None, tensors).
+
+    OmegaConf containers, tuples, paths and NumPy scalars are converted; anything else raises
+    ``TypeError`` naming ``where``: a checkpoint must load with ``torch.load(weights_only=True)``.
+    """
+    if isinstance(value, DictConfig | ListConfig):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, np.generic):  # before the built-ins: np.float64 is a float
+        value = value.item()
+    if value is None or type(value) in (str, bool, int, float) or isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, Mapping):
+        return {k if type(k) in (str, int) else str(k): plain_data(v, f"{where}.{k}")
+                for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain_data(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"{where}: a {type(value).__name__} cannot be stored in a checkpoint "
+                    "(plain containers, numbers, strings and tensors only)")
