@@ -138,5 +138,5 @@ def test_plain_data_converts_config_and_numpy_and_rejects_objects():
     assert plain == {"cfg": {"a": [1, 2], "b": {"c": "x"}}, "n": 0.5, "i": 3, "t": [1, "a"],
                      "p": "/x/y", "none": None}
     assert type(plain["n"]) is float and type(plain["i"]) is int
-    with pytest.raises(TypeError, match=r"meta\.bad: a object cannot be stored"):
+    with pytest.raises(TypeError, match=r"meta\.bad: cannot store a value of type object"):
         plain_data({"bad": object()}, "meta")

@@ -195,5 +195,5 @@ def plain_data(value: Any, where: str = "value") -> Any:
         return [plain_data(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, PurePath):
         return str(value)
-    raise TypeError(f"{where}: a {type(value).__name__} cannot be stored in a checkpoint "
+    raise TypeError(f"{where}: cannot store a value of type {type(value).__name__} in a checkpoint "
                     "(plain containers, numbers, strings and tensors only)")

@@ -1,0 +1,22 @@
+"""Predictions for your own pairs (``conf/predict.yaml``)::
+
+    python src/predict.py ckpt_path=... input=pairs.jsonl output=preds.jsonl
+    python src/predict.py ckpt_path=... premise=... hypothesis=...
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
+from entailment_lab.predict import predict
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
+def main(cfg: DictConfig) -> None:
+    run_task(predict, cfg)
+
+
+if __name__ == "__main__":
+    main()
