@@ -50,35 +50,29 @@ def stanford_row(i: int, premise: str, hypothesis: str, gold: str) -> dict:
             "sentence2_parse": f"(ROOT (S {parse}))"}
 
 
-def open_out(path: Path):
-    return gzip.open(path, "wt", encoding="utf-8") if path.suffix == ".gz" else path.open("w")
+def stanford_text(suffix: str, pairs=PAIRS) -> str:
+    """The text of ``snli_1.0_*.jsonl`` (one JSON object per line) or of ``snli_1.0_*.txt``
+    (tab-separated, header row, the annotator votes in label1..label5)."""
+    rows = [stanford_row(i, *pair) for i, pair in enumerate(pairs)]
+    if suffix == ".jsonl":
+        return "".join(json.dumps(row) + "\n" for row in rows)
+    lines = [TXT_COLUMNS] + [[row[c] for c in TXT_COLUMNS[:9]] + row["annotator_labels"]
+                             for row in rows]
+    return "".join("\t".join(cells) + "\n" for cells in lines)
 
 
 def write_stanford(path: Path, pairs=PAIRS) -> str:
-    """``snli_1.0_*.jsonl`` (one JSON object per line) or ``snli_1.0_*.txt`` (tab-separated,
-    header row, annotator votes in label1..label5) by the suffix of ``path``."""
-    rows = [stanford_row(i, *pair) for i, pair in enumerate(pairs)]
-    with open_out(path) as f:
-        if ".jsonl" in path.name:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
-        else:
-            f.write("\t".join(TXT_COLUMNS) + "\n")
-            for row in rows:
-                cells = [row[c] for c in TXT_COLUMNS[:9]] + row["annotator_labels"]
-                f.write("\t".join(cells) + "\n")
+    """An official-layout file, its kind (and gzip) chosen by the name of ``path``."""
+    text = stanford_text(".jsonl" if ".jsonl" in path.name else ".txt", pairs)
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
     return str(path)
 
 
 def make_dm(files: dict, spec: dict = SNLI, **kwargs) -> TextDataModule:
     return TextDataModule(files=files, vocab_splits=["train"], **spec, **kwargs)
-
-
-def setup_error(path: str, spec: dict = SNLI) -> str:
-    with pytest.raises(DataError) as err:
-        make_dm({"train": path}, spec).setup()
-    message = str(err.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize("name", ["snli_1.0_dev.jsonl", "snli_1.0_dev.txt",
@@ -124,104 +118,60 @@ def test_label_ids_as_text_in_a_hub_schema_tsv(tmp_path):
 
 
 # --- bad input: one line with file, line, field, what is wrong and how to fix it ------------
-def test_empty_file(tmp_path):
-    for name in ("empty.jsonl", "empty.txt"):
-        (tmp_path / name).write_text("\n")
-        message = setup_error(str(tmp_path / name))
-        assert message.startswith(f"{tmp_path / name}: the file is empty; data.files.train")
-    (tmp_path / "head.txt").write_text("\t".join(TXT_COLUMNS) + "\n")
-    assert "no rows below the header row" in setup_error(str(tmp_path / "head.txt"))
+ONE_PER_LINE = "data.files.train must name a file with one example per line"
+UNKNOWN = ("field 'gold_label' (data.label_field) has the unknown label 'entails'; use the ids 0 "
+           "to 2 or the names entailment, neutral, contradiction (data.label_names), or -1 / "
+           "'-' for no gold label (such rows are dropped)")
+TYPO = [*PAIRS[:3], ("A man sleeps.", "A man rests.", "entails")]
+GOOD = json.dumps({"premise": "a", "hypothesis": "b", "label": 0}) + "\n"
+BAD_INPUT = {  # file name, content -> the message after "FILE: "
+    "empty.jsonl": ("\n", f"the file is empty; {ONE_PER_LINE}"),
+    "empty.txt": ("", f"the file is empty; {ONE_PER_LINE}"),
+    "header_only.txt": (stanford_text(".txt", []), f"no rows below the header row; {ONE_PER_LINE}"),
+    "typo.jsonl": (stanford_text(".jsonl", TYPO), f"line 4: {UNKNOWN}"),
+    "typo.txt": (stanford_text(".txt", TYPO), f"line 5: {UNKNOWN}"),  # after the header row
+    "mixed.jsonl": (GOOD + GOOD.replace("0", '"neutral"'),
+                    "line 2: field 'label' (data.label_field) holds 'neutral' where an earlier "
+                    "row holds 0; use the ids 0 to 2 or the names entailment, neutral, "
+                    "contradiction (data.label_names), or -1 / '-' for no gold label (such rows "
+                    "are dropped), one kind throughout the file"),
+    "number.jsonl": (GOOD + GOOD.replace('"a"', "12"),
+                     "line 2: field 'premise' (data.fields.premise) holds 12, not text; write "
+                     "every sentence as a string"),
+    "comma.jsonl": (GOOD + "\n" + GOOD.replace('"b"', '"b'),
+                    "line 3, column 37: not valid JSON (Expecting ',' delimiter); each line must "
+                    "be one JSON object"),
+    "cut.jsonl": (GOOD + '{"premise": "a',
+                  "line 2, column 13: not valid JSON (Unterminated string starting); each line "
+                  "must be one JSON object"),
+    "renamed.txt": ("gold_label\tsentence1\tsentence_2\nneutral\ta\tb\n",
+                    "no field 'hypothesis' or 'sentence2' (fields found: gold_label, sentence1, "
+                    "sentence_2); set data.fields.hypothesis to the column that holds it (a "
+                    "delimited file's first line must be its header row)"),
+    "null.jsonl": (GOOD + GOOD.replace('"b"', "null"),
+                   "line 2: field 'hypothesis' (data.fields.hypothesis) is missing or null; give "
+                   "every row a value or remove the row"),
+    "extra_tab.txt": ("gold_label\tsentence1\tsentence2\nneutral\ta\tb\n\nneutral\ta\tb\tc\n",
+                      "line 4: 4 tab-separated fields where the header row has 3; every row "
+                      "needs one field per header column"),
+    "twice.tsv": ("gold_label\tsentence1\tsentence1\nneutral\ta\tb\n",
+                  "line 1: the header row must name every column once (repeated or empty: "
+                  "'sentence1'); fix the first line of the file"),
+    "latin1.txt": ("gold_label\tsentence1\tsentence2\nneutral\tcaf\xe9\tb\n".encode("latin-1"),
+                   "line 2, column 12: not UTF-8 text (byte 0xe9); save the file as UTF-8"),
+}
 
 
-def test_unknown_label_name_names_line_field_and_the_accepted_names(tmp_path):
-    pairs = [*PAIRS[:3], ("A man sleeps.", "A man rests.", "entails")]
-    for suffix, line in ((".jsonl", 4), (".txt", 5)):  # the .txt has a header row
-        path = write_stanford(tmp_path / f"snli{suffix}", pairs)
-        message = setup_error(path)
-        assert message == (
-            f"{path}: line {line}: field 'gold_label' (data.label_field) has the unknown label "
-            "'entails'; use the ids 0 to 2 or the names entailment, neutral, contradiction "
-            "(data.label_names), or -1 / '-' for no gold label (such rows are dropped)")
-
-
-def test_ids_and_names_mixed_names_the_line_without_arrow_types(tmp_path):
-    path = tmp_path / "mixed.jsonl"
-    rows = [{"premise": "a", "hypothesis": "b", "label": 0},
-            {"premise": "a", "hypothesis": "b", "label": "neutral"}]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    message = setup_error(str(path))
-    assert message.startswith(f"{path}: line 2: field 'label' (data.label_field) holds "
-                              "'neutral' where an earlier row holds 0; use the ids 0 to 2")
-    assert "arrow" not in message.lower()
-
-
-def test_text_field_that_is_not_text(tmp_path):
-    path = tmp_path / "num.jsonl"
-    rows = [{"premise": "a", "hypothesis": "b", "label": 0},
-            {"premise": 12, "hypothesis": "b", "label": 1}]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert setup_error(str(path)) == (
-        f"{path}: line 2: field 'premise' (data.fields.premise) holds 12, not text; write every "
-        "sentence as a string")
-
-
-def test_malformed_json_has_one_column_and_no_loader_error_line(tmp_path, capfd, caplog):
-    path = tmp_path / "bad.jsonl"
-    path.write_text('{"premise": "a", "hypothesis": "b", "label": 0}\n\n'
-                    '{"premise": "a", "hypothesis": "b, "label": 0}\n')
-    message = setup_error(str(path))
-    assert message.startswith(f"{path}: line 3, column ")
-    assert "not valid JSON" in message and "at at" not in message
-    assert "each line must be one JSON object" in message
-    captured = capfd.readouterr()
-    assert "Failed to load JSON" not in captured.out + captured.err + caplog.text
-
-
-def test_unterminated_string_reads_cleanly(tmp_path):
-    path = tmp_path / "cut.jsonl"
-    path.write_text('{"premise": "a", "hypothesis": "b", "label": 0}\n{"premise": "a')
-    message = setup_error(str(path))
-    assert f"{path}: line 2, column 13: not valid JSON (Unterminated string starting)" in message
-
-
-def test_missing_field_names_the_knob_and_header_row(tmp_path):
-    path = tmp_path / "snli.txt"
-    path.write_text("gold_label\tsentence1\tsentence_2\nneutral\ta\tb\n")
-    message = setup_error(str(path))
-    assert message == (
-        f"{path}: no field 'hypothesis' or 'sentence2' (fields found: gold_label, sentence1, "
-        "sentence_2); set data.fields.hypothesis to the column that holds it (a delimited "
-        "file's first line must be its header row)")
-
-
-def test_null_field_names_line_field_knob_and_fix(tmp_path):
-    path = tmp_path / "gap.jsonl"
-    rows = [stanford_row(0, *PAIRS[0]), {**stanford_row(1, *PAIRS[1]), "sentence2": None}]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert setup_error(str(path)) == (
-        f"{path}: line 2: field 'sentence2' (data.fields.hypothesis) is missing or null; give "
-        "every row a value or remove the row")
-
-
-def test_extra_tab_names_the_line(tmp_path):
-    path = tmp_path / "snli.txt"
-    path.write_text("gold_label\tsentence1\tsentence2\nneutral\ta\tb\n\nneutral\ta\tb\tc\n")
-    assert setup_error(str(path)) == (
-        f"{path}: line 4: 4 tab-separated fields where the header row has 3; every row needs "
-        "one field per header column")
-
-
-def test_repeated_header_column(tmp_path):
-    path = tmp_path / "snli.tsv"
-    path.write_text("gold_label\tsentence1\tsentence1\nneutral\ta\tb\n")
-    assert "line 1: the header row must name every column once" in setup_error(str(path))
-
-
-def test_not_utf8(tmp_path):
-    path = tmp_path / "latin.txt"
-    path.write_bytes("gold_label\tsentence1\tsentence2\nneutral\tcaf\xe9\tb\n".encode("latin-1"))
-    message = setup_error(str(path))
-    assert message.startswith(f"{path}: cannot be read") and "UTF-8" in message
+@pytest.mark.parametrize("name", BAD_INPUT)
+def test_bad_input_gets_one_line(name, tmp_path, capfd, caplog):
+    content, expected = BAD_INPUT[name]
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(DataError) as err:
+        make_dm({"train": str(path)}).setup()
+    assert str(err.value) == f"{path}: {expected}"
+    printed = capfd.readouterr()
+    assert "Failed to" not in printed.out + printed.err + caplog.text  # no builder [ERROR] line
 
 
 # --- end to end: the official files train through the real pipeline, no override -----------

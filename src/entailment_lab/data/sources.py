@@ -68,6 +68,19 @@ def _open_text(path: Path) -> IO[str]:
     return path.open(encoding="utf-8")
 
 
+def _unreadable(path: Path, err: Exception) -> str:
+    """Why ``path`` cannot be read as UTF-8 text, as 'line N: why; fix' where possible."""
+    if isinstance(err, UnicodeDecodeError):
+        with gzip.open(path) if path.name.endswith(".gz") else path.open("rb") as f:
+            for lineno, line in enumerate(f, start=1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    return (f"line {lineno}, column {bad.start + 1}: not UTF-8 text (byte "
+                            f"{line[bad.start]:#04x}); save the file as UTF-8")
+    return f"cannot be read ({err}); give a UTF-8 text file (gzip-compressed if named .gz)"
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based line number, line) of every line that the loaders do not skip as blank."""
     with _open_text(path) as f:
@@ -94,8 +107,7 @@ def _head(path: Path) -> list[str]:
         finally:
             lines.close()  # closes the file
     except (OSError, UnicodeDecodeError, EOFError) as err:
-        raise DataError(f"{path}: cannot be read ({err}); give a UTF-8 text file "
-                        "(gzip-compressed if its name ends in .gz)") from err
+        raise DataError(f"{path}: {_unreadable(path, err)}") from err
 
 
 def _header_features(path: Path, line: str, delimiter: str) -> datasets.Features:
@@ -127,10 +139,10 @@ def _quiet_loaders() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _find_bad_json_line(path: Path) -> str | None:
+def _find_bad_json_line(file: Path) -> str | None:
     """The first line of a JSON Lines file that is not a JSON object, as 'line N: why; fix'."""
     try:
-        for lineno, line in _lines(path):
+        for lineno, line in _lines(file):
             try:
                 obj = json.loads(line.rstrip("\r\n"))  # a cut line: "Unterminated ..."
             except json.JSONDecodeError as err:
@@ -141,7 +153,7 @@ def _find_bad_json_line(path: Path) -> str | None:
                 return (f"line {lineno}: expected a JSON object, found {type(obj).__name__}; "
                         "each line must be one JSON object such as {\"premise\": ...}")
     except (OSError, UnicodeDecodeError, EOFError) as err:
-        return f"cannot be read ({err}); give a UTF-8 text file"
+        return _unreadable(file, err)
     return None
 
 
@@ -162,7 +174,7 @@ def _explain_load_error(file: Path, fmt: _Format, err: BaseException) -> str:
             return (f"line {line}: {saw} {sep}-separated fields where the header row has "
                     f"{expected}; every row needs one field per header column")
         if isinstance(cause, UnicodeDecodeError):
-            return f"not UTF-8 text ({cause.reason} at byte {cause.start}); save it as UTF-8"
+            return _unreadable(file, cause)
     text = str(chain[-1]).strip().splitlines()
     return f"cannot be read as {_SUPPORTED} ({type(chain[-1]).__name__}: " \
            f"{text[0] if text else ''})"
