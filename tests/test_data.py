@@ -137,7 +137,7 @@ def write_lines(path, lines):
 def test_malformed_jsonl_names_file_and_line(tmp_path):
     good = json.dumps({"premise": "a", "hypothesis": "b", "label": 0})
     bad = write_lines(tmp_path / "bad.jsonl", [good, good, '{"premise": "a", "hyp'])
-    with pytest.raises(DataError, match=r"bad\.jsonl: line 3: not valid JSON"):
+    with pytest.raises(DataError, match=r"bad\.jsonl: line 3, column 18: not valid JSON \(Unt"):
         make_dm({"train": bad}, vocab_splits=["train"]).setup()
 
 
@@ -150,29 +150,32 @@ def test_missing_field_names_file_and_knob(tmp_path):
 def test_null_field_in_one_row_names_the_line(tmp_path):
     rows = [{"premise": "a", "hypothesis": "b", "label": 0}, {"premise": "a", "label": 1}]
     path = write_jsonl(rows, tmp_path / "gap.jsonl")
-    with pytest.raises(DataError, match=r"gap\.jsonl: line 2: field 'hypothesis' is missing"):
+    match = r"gap\.jsonl: line 2: field 'hypothesis' \(data\.fields\.hypothesis\) is missing"
+    with pytest.raises(DataError, match=match):
         make_dm({"train": str(path)}, vocab_splits=["train"]).setup()
 
 
 def test_unknown_label_value(tmp_path):
     rows = [{"premise": "a", "hypothesis": "b", "label": lab} for lab in (0, 1, 7)]
     path = write_jsonl(rows, tmp_path / "lab.jsonl")
-    with pytest.raises(DataError, match=r"line 3: unknown label value 7 \(expected one of"):
+    with pytest.raises(DataError, match=r"line 3: field 'label' .* has the unknown label 7; use"):
         make_dm({"train": str(path)}, vocab_splits=["train"]).setup()
 
 
-def test_string_labels_are_refused_with_advice(tmp_path):
-    path = write_jsonl([{"premise": "a", "hypothesis": "b", "label": "entailment"}],
-                       tmp_path / "s.jsonl")
-    with pytest.raises(DataError, match="must be an integer class id"):
-        make_dm({"train": str(path)}, vocab_splits=["train"]).setup()
+def test_label_names_are_mapped_through_label_names(tmp_path):
+    rows = [{"premise": "a", "hypothesis": "b", "label": name}
+            for name in ("contradiction", "-", "Entailment ")]
+    path = write_jsonl(rows, tmp_path / "s.jsonl")
+    dm = make_dm({"train": str(path)}, vocab_splits=["train"])
+    dm.setup()
+    assert dm.splits["train"]["label"] == [2, 0]  # "-" (no gold label) dropped like -1
 
 
 def test_missing_file_and_unknown_suffix(tmp_path):
     with pytest.raises(DataError, match=r"data\.files\.train: no such file"):
         make_dm({"train": str(tmp_path / "nope.jsonl")}).setup()
-    other = tmp_path / "x.csv"
-    other.write_text("premise,hypothesis,label\n")
+    other = tmp_path / "x.xml"
+    other.write_text("<pairs/>\n")
     with pytest.raises(DataError, match="unsupported file type"):
         make_dm({"train": str(other)}).setup()
 

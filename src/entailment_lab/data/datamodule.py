@@ -1,11 +1,11 @@
 """One DataModule for sentence pairs (SNLI, SICK) and single sentences (SST, TREC).
 
 ``prepare_data`` downloads a hub dataset into the local cache. Pipeline (``setup``): read
-splits (the cached hub dataset or local files) -> validate -> drop unlabelled rows
-(label -1, SNLI's gold ``-``) -> optionally carve a validation split from train -> tokenise
-(batched ``datasets.map``, cached by ``datasets``) -> build the vocabulary from
-``vocab_splits`` (or take the one stored in a checkpoint) -> index and truncate -> batches of
-similar length.
+splits (the cached hub dataset or local files) -> validate, label names -> ids -> drop
+unlabelled rows (label -1, SNLI's gold ``-``) -> optionally carve a validation split from
+train -> tokenise (batched ``datasets.map``, cached by ``datasets``) -> build the vocabulary
+from ``vocab_splits`` (or take the one stored in a checkpoint) -> index and truncate ->
+batches of similar length.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from entailment_lab.data.sources import (
     download_hub_dataset,
     load_hub_splits,
     load_local_split,
-    resolve_columns,
-    validate_split,
+    prepare_split,
 )
 from entailment_lab.data.text import UNK_ID, Vocabulary, tokenize
 from entailment_lab.errors import ConfigError, DataError
@@ -75,12 +74,14 @@ class TextDataModule(L.LightningDataModule):
         fields: batch key -> dataset column, e.g. ``{premise: premise, hypothesis: hypothesis}``
             for pairs or ``{sentence: text}`` for single sentences; a list of columns means
             "the first of these that the data has" (hub and local files may differ).
-        label_field: the integer label column (or a list of candidates, as ``fields``);
-            rows whose label is in ``drop_labels`` (default ``[-1]``) are removed.
+        label_field: the label column (or a list of candidates, as ``fields``): integer ids
+            or names from ``label_names`` (any case; ``-`` = -1, no gold label); rows whose
+            label is in ``drop_labels`` (default ``[-1]``) are removed.
         label_names: class names in id order (their number is the number of classes).
         hub_name / hub_config: a Hugging Face hub dataset, used when no local file is given.
-        files: split -> local ``.jsonl`` / ``.jsonl.gz`` / ``.parquet`` in the hub's schema.
-            If any is set, only local files are read.
+        files: split -> local file: ``.jsonl``, tab-separated ``.txt`` / ``.tsv`` or ``.csv``
+            with a header row (each also ``.gz``), or ``.parquet`` (``sources.py``). If any is
+            set, only local files are read.
         val_from_train: carve this many (int) or this fraction (float < 1) of train pairs
             into the validation split, seeded by ``split_seed`` (default: ``seed``).
         split_seed: the seed of that carve; protocols fix it so that every run seed trains
@@ -170,7 +171,6 @@ class TextDataModule(L.LightningDataModule):
     def _read(self) -> dict[str, datasets.Dataset]:
         hp = self.hparams
         drop_labels = list(hp.drop_labels)
-        valid = set(range(self.num_classes)) | set(drop_labels)
         if self.files:
             raw = {split: load_local_split(path, split, hp.cache_dir)
                    for split, path in self.files.items()}
@@ -180,10 +180,7 @@ class TextDataModule(L.LightningDataModule):
         out = {}
         for split, ds in raw.items():
             source = str(self.files[split]) if self.files else None
-            columns = resolve_columns(ds.column_names, self.columns, source or f"split '{split}'")
-            validate_split(ds, split, columns, valid, source)
-            ds = ds.select_columns(list(columns.values()))
-            ds = ds.rename_columns({c: k for k, c in columns.items() if c != k})
+            ds = prepare_split(ds, split, self.columns, self.label_names, drop_labels, source)
             if drop_labels:
                 before = len(ds)
                 labels = np.asarray(ds.data.column("label"))

@@ -1,15 +1,27 @@
-"""Reading raw splits from the Hugging Face hub or from local files in the hub's schema,
-with validation that turns bad input into one-line errors naming the file, line and field.
+"""Reading raw splits from the Hugging Face hub or from local files, with validation that turns
+bad input into one-line errors naming the file, line and field, what is wrong and how to fix it.
+
+Local files are read by the ``datasets`` builders: JSON Lines (``.jsonl``, also Stanford's
+``snli_1.0_*.jsonl`` / MultiNLI's ``multinli_1.0_*.jsonl``), Parquet, and delimited text with a
+header row (``.txt`` / ``.tsv`` tab-separated as in ``snli_1.0_*.txt``, ``.csv``); any of the
+text formats may be gzip-compressed. Labels may be integer ids (the hub's schema) or label names
+(``gold_label``: ``entailment`` ...; ``-`` means no gold label and becomes -1).
 """
 
 from __future__ import annotations
 
+import csv
 import gzip
+import itertools
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 import datasets
 import pyarrow as pa
@@ -20,71 +32,180 @@ from entailment_lab.online import unreachable
 
 log = logging.getLogger(__name__)
 
-_BUILDERS = {".jsonl": "json", ".json": "json", ".jsonl.gz": "json", ".json.gz": "json",
-             ".parquet": "parquet"}
+NO_GOLD = "-"  # SNLI's / MultiNLI's gold_label when the annotators did not agree
 
 
-def _builder_for(path: Path) -> str:
-    name = path.name.lower()
-    for suffix, builder in _BUILDERS.items():
-        if name.endswith(suffix):
-            return builder
-    raise DataError(
-        f"{path}: unsupported file type; use .jsonl, .jsonl.gz or .parquet files in the "
-        "Hugging Face hub's schema"
-    )
+@dataclass(frozen=True)
+class _Format:
+    """How one kind of local file is read: a ``datasets`` builder and its options."""
+
+    builder: str
+    delimiter: str | None = None  # delimited text: the first line is a header row
+    options: dict[str, Any] = field(default_factory=dict)
 
 
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else path.open(
-        encoding="utf-8"
-    )
+# Tab-separated files as Stanford distributes them are not CSV-quoted ('"Hello" said ...'), so
+# quotes are text; empty cells stay empty strings ("n/a" and "NA" are text, not missing).
+_TSV = _Format("csv", "\t", {"quoting": csv.QUOTE_NONE, "na_filter": False})
+_FORMATS = {
+    ".jsonl": _Format("json"), ".json": _Format("json"), ".parquet": _Format("parquet"),
+    ".txt": _TSV, ".tsv": _TSV, ".csv": _Format("csv", ",", {"na_filter": False}),
+}
+_SUPPORTED = ".jsonl, .txt / .tsv (tab-separated, header row), .csv (each also .gz) or .parquet"
 
 
-def _json_line_of_row(path: Path, row: int) -> int:
-    """1-based line number of the ``row``-th JSON object (blank lines are skipped by the loader)."""
-    seen = -1
+def _format_of(path: Path) -> _Format:
+    name = path.name.lower().removesuffix(".gz")
+    fmt = _FORMATS.get(Path(name).suffix)
+    if fmt is None or (fmt.builder == "parquet" and path.name.lower().endswith(".gz")):
+        raise DataError(f"{path}: unsupported file type; use {_SUPPORTED} files")
+    return fmt
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def _unreadable(path: Path, err: Exception) -> str:
+    """Why ``path`` cannot be read as UTF-8 text, as 'line N: why; fix' where possible."""
+    if isinstance(err, UnicodeDecodeError):
+        with gzip.open(path) if path.name.endswith(".gz") else path.open("rb") as f:
+            for lineno, line in enumerate(f, start=1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    return (f"line {lineno}, column {bad.start + 1}: not UTF-8 text (byte "
+                            f"{line[bad.start]:#04x}); save the file as UTF-8")
+    return f"cannot be read ({err}); give a UTF-8 text file (gzip-compressed if named .gz)"
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of every line that the loaders do not skip as blank."""
     with _open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
             if line.strip():
-                seen += 1
-                if seen == row:
-                    return lineno
-    return row + 1
+                yield lineno, line
 
 
-def _find_bad_json_line(path: Path) -> str | None:
-    """The first line of a JSON Lines file that is not a JSON object, as 'line N: why'."""
+def _line_of_row(path: Path, row: int, header: bool) -> int:
+    """1-based line number of data row ``row`` (blank lines and the header row skipped)."""
+    for seen, (lineno, _) in enumerate(_lines(path)):
+        if seen == row + header:
+            return lineno
+    return row + 1 + header
+
+
+def _head(path: Path) -> list[str]:
+    """The first two non-blank lines of a text file (fewer for a short one); ``DataError`` if
+    it cannot be read."""
     try:
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as err:
-                    return f"line {lineno}: not valid JSON ({err.msg} at column {err.colno})"
-                if not isinstance(obj, dict):
-                    return f"line {lineno}: expected a JSON object, found {type(obj).__name__}"
+        lines = _lines(path)
+        try:
+            return [line for _, line in itertools.islice(lines, 2)]
+        finally:
+            lines.close()  # closes the file
     except (OSError, UnicodeDecodeError, EOFError) as err:
-        return f"cannot be read ({err})"
+        raise DataError(f"{path}: {_unreadable(path, err)}") from err
+
+
+def _header_features(path: Path, line: str, delimiter: str) -> datasets.Features:
+    """Every column of a delimited file read as text (labels are mapped afterwards), so a
+    column never changes type between chunks."""
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    names = next(csv.reader([line.rstrip("\r\n")], delimiter=delimiter, quoting=quoting))
+    repeated = sorted({n for n in names if names.count(n) > 1 or not n.strip()})
+    if repeated:
+        raise DataError(
+            f"{path}: line 1: the header row must name every column once (repeated or empty: "
+            f"{', '.join(repr(n) for n in repeated)}); fix the first line of the file"
+        )
+    return datasets.Features({name: datasets.Value("string") for name in names})
+
+
+@contextmanager
+def _quiet_loaders() -> Iterator[None]:
+    """Silence the builders' own ``[ERROR]`` lines: they name a row of an internal block, not a
+    line of the file, and our one-line ``DataError`` follows anyway."""
+    loggers = [logging.getLogger(f"datasets.packaged_modules.{b}.{b}") for b in ("json", "csv")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _find_bad_json_line(file: Path) -> str | None:
+    """The first line of a JSON Lines file that is not a JSON object, as 'line N: why; fix'."""
+    try:
+        for lineno, line in _lines(file):
+            try:
+                obj = json.loads(line.rstrip("\r\n"))  # a cut line: "Unterminated ..."
+            except json.JSONDecodeError as err:
+                what = err.msg.removesuffix(" at")  # "Unterminated string starting at"
+                return (f"line {lineno}, column {err.colno}: not valid JSON ({what}); each line "
+                        "must be one JSON object")
+            if not isinstance(obj, dict):
+                return (f"line {lineno}: expected a JSON object, found {type(obj).__name__}; "
+                        "each line must be one JSON object such as {\"premise\": ...}")
+    except (OSError, UnicodeDecodeError, EOFError) as err:
+        return _unreadable(file, err)
     return None
+
+
+def _explain_load_error(file: Path, fmt: _Format, err: BaseException) -> str:
+    """What went wrong while a builder read ``file``, as 'line N: why; fix' where possible."""
+    if fmt.builder == "json":
+        found = _find_bad_json_line(file)
+        if found:
+            return found
+    chain = [err]
+    while chain[-1].__cause__ or chain[-1].__context__:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    for cause in chain:
+        fields = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(cause))
+        if fields:
+            expected, line, saw = fields.groups()
+            sep = "tab" if fmt.delimiter == "\t" else "comma"
+            return (f"line {line}: {saw} {sep}-separated fields where the header row has "
+                    f"{expected}; every row needs one field per header column")
+        if isinstance(cause, UnicodeDecodeError):
+            return _unreadable(file, cause)
+    text = str(chain[-1]).strip().splitlines()
+    return f"cannot be read as {_SUPPORTED} ({type(chain[-1]).__name__}: " \
+           f"{text[0] if text else ''})"
 
 
 def load_local_split(path: str | os.PathLike, split: str, cache_dir: str | None = None
                      ) -> datasets.Dataset:
-    """One split from a local ``.jsonl`` / ``.jsonl.gz`` / ``.parquet`` file."""
+    """One split from a local file (formats: the module docstring), through ``datasets``."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise DataError(f"data.files.{split}: no such file '{file}'")
-    builder = _builder_for(file)
+    fmt = _format_of(file)
+    head = [file.name] * bool(file.stat().st_size) if fmt.builder == "parquet" else _head(file)
+    one_per_line = f"data.files.{split} must name a file with one example per line"
+    if not head:
+        raise DataError(f"{file}: the file is empty; {one_per_line}")
+    options = dict(fmt.options)
+    if fmt.delimiter:
+        if len(head) < 2:
+            raise DataError(f"{file}: no rows below the header row; {one_per_line}")
+        options.update(delimiter=fmt.delimiter,
+                       features=_header_features(file, head[0], fmt.delimiter))
     try:
-        return datasets.load_dataset(builder, data_files=str(file), split="train",
-                                     cache_dir=cache_dir)
-    except Exception as err:  # the loaders raise many types; we re-diagnose below
-        where = _find_bad_json_line(file) if builder == "json" else None
-        detail = where or f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        raise DataError(f"{file}: {detail}") from err
+        with _quiet_loaders():
+            ds = datasets.load_dataset(fmt.builder, data_files=str(file), split="train",
+                                       cache_dir=cache_dir, **options)
+    except Exception as err:  # the builders raise many types; re-diagnosed from the file
+        raise DataError(f"{file}: {_explain_load_error(file, fmt, err)}") from err
+    if len(ds) == 0:
+        raise DataError(f"{file}: no rows; {one_per_line}")
+    return ds
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -102,7 +223,7 @@ def _load_hub_dataset(name: str, config: str | None, cache_dir: str | None, onli
     failure is one ``DataError`` line that says ``state`` and how to use local files."""
     how_local = (
         "use local files in the hub's schema instead: data.files.train=PATH "
-        "data.files.validation=PATH data.files.test=PATH (.jsonl, .jsonl.gz or .parquet)"
+        f"data.files.validation=PATH data.files.test=PATH ({_SUPPORTED})"
     )
     try:
         if online:
@@ -154,73 +275,141 @@ class _HubOffline:
         datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = self._saved
 
 
+def knob(key: str) -> str:
+    """The config key that maps batch key ``key`` to a column of the data."""
+    return "data.label_field" if key == "label" else f"data.fields.{key}"
+
+
 def resolve_columns(
     column_names: Sequence[str], candidates: Mapping[str, Sequence[str]], where: str
 ) -> dict[str, str]:
     """For each batch key, the first of its candidate columns that the data has.
 
-    Candidates let one config read both the hub's and a local file's naming (SST-5 on the hub
-    calls the text ``text``, the SentEval-derived files ``sentence``).
+    Candidates let one config read several layouts: the hub's ``premise`` / ``label`` and
+    Stanford's ``sentence1`` / ``gold_label``; SST-5's ``text`` (hub) and ``sentence`` (files).
     """
     resolved = {}
     for key, options in candidates.items():
         column = next((c for c in options if c in column_names), None)
         if column is None:
-            knob = "data.label_field" if key == "label" else f"data.fields.{key}"
             names = " or ".join(f"'{c}'" for c in options)
+            suffix = Path(where.lower().removesuffix(".gz")).suffix
+            delimited = suffix in _FORMATS and _FORMATS[suffix].delimiter
+            header = " (a delimited file's first line must be its header row)" if delimited else ""
             raise DataError(
                 f"{where}: no field {names} (fields found: {', '.join(sorted(column_names))}); "
-                f"set {knob} to the column that holds it"
+                f"set {knob(key)} to the column that holds it{header}"
             )
         resolved[key] = column
     return resolved
 
 
-def validate_split(
+def label_lookup(label_names: Sequence[str], drop_labels: Sequence[int]) -> dict[str, int]:
+    """Label spellings (stripped, lower-case) -> id: each name, each id written as text, and
+    ``-`` (no gold label) -> -1 when -1 is dropped. ``ClassLabel.str2int`` without its
+    case-sensitivity, so SICK's ``ENTAILMENT`` reads as well."""
+    lookup = {str(i): i for i in range(len(label_names))} | {str(d): d for d in drop_labels}
+    if -1 in drop_labels:
+        lookup[NO_GOLD] = -1
+    return lookup | {name.strip().lower(): i for i, name in enumerate(label_names)}
+
+
+def _normalized(labels: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.utf8_lower(pc.utf8_trim_whitespace(labels))
+
+
+def _is_text(values: pa.ChunkedArray) -> bool:
+    return pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+
+
+def _encode_batch(labels: list[str], lookup: Mapping[str, int]) -> dict[str, list[int]]:
+    return {"label": [lookup[value.strip().lower()] for value in labels]}
+
+
+def _python_values(values: pa.ChunkedArray) -> list[Any]:
+    """A column as Python values; a JSON-extension column (types mixed across rows) decoded."""
+    if isinstance(values.type, pa.BaseExtensionType):
+        storage = pa.chunked_array([c.storage for c in values.chunks], values.type.storage_type)
+        return [None if s is None else json.loads(s) for s in storage.to_pylist()]
+    return values.to_pylist()
+
+
+def _first_odd(values: list[Any], ok: type | tuple[type, ...]) -> tuple[int, str]:
+    """The first non-null row whose value is not an ``ok`` (bools are not ids) or whose type
+    differs from the first value's, and what is odd about it."""
+    first = next((v for v in values if v is not None), None)
+    for row, value in enumerate(values):
+        if value is None:
+            continue
+        if not isinstance(value, ok) or isinstance(value, bool):
+            return row, f"holds {value!r}"
+        if type(value) is not type(first):
+            return row, f"holds {value!r} where an earlier row holds {first!r}"
+    return 0, f"holds {first!r}"
+
+
+def prepare_split(
     ds: datasets.Dataset,
     split: str,
-    columns: Mapping[str, str],
-    valid_labels: set[int],
+    candidates: Mapping[str, Sequence[str]],
+    label_names: Sequence[str],
+    drop_labels: Sequence[int],
     source: str | None,
-) -> None:
-    """Check text columns hold non-null strings and the ``label`` column known integer ids.
+) -> datasets.Dataset:
+    """Validate one raw split and return it with the batch keys as columns and integer labels.
 
-    ``columns`` maps batch keys (and ``"label"``) to dataset columns. ``source`` is the local
-    file (for line numbers) or ``None`` for hub data (row numbers).
+    ``candidates`` maps batch keys (and ``"label"``) to the columns that may hold them;
+    ``source`` is the local file (errors name its lines) or ``None`` for hub data (rows).
+    Text columns must hold non-null strings; labels are ids or names (``label_lookup``),
+    names mapped to ids through ``label_names`` (a ``ClassLabel`` feature afterwards).
     """
     where = source or f"split '{split}'"
-    label_field = columns["label"]
-    text_columns = [c for k, c in columns.items() if k != "label"]
+    columns = resolve_columns(ds.column_names, candidates, where)
+    fmt = _format_of(Path(source)) if source else None
+    lookup = label_lookup(label_names, drop_labels)
+    valid_ids = sorted(set(range(len(label_names))) | set(drop_labels))
+    accepted = (f"use the ids 0 to {len(label_names) - 1} or the names {', '.join(label_names)} "
+                "(data.label_names)")
+    if -1 in drop_labels:
+        accepted += f", or -1 / '{NO_GOLD}' for no gold label (such rows are dropped)"
 
-    def position(row: int) -> str:
-        if source and source.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
-            return f"line {_json_line_of_row(Path(source), row)}"
-        return f"row {row}"
+    def fail(row: int | None, key: str, what: str, fix: str) -> DataError:
+        at = "" if row is None else f"row {row}: "
+        if row is not None and fmt is not None and fmt.builder != "parquet":
+            at = f"line {_line_of_row(Path(source), row, bool(fmt.delimiter))}: "
+        return DataError(f"{where}: {at}field '{columns[key]}' ({knob(key)}) {what}; {fix}")
 
     table = ds.data.table if hasattr(ds.data, "table") else ds.data
-    for column in text_columns:
-        values = table.column(column)
-        if not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type):
+    for key in candidates:
+        values = table.column(columns[key])
+        if key != "label" and not _is_text(values):
             if values.null_count == len(values):
-                raise DataError(f"{where}: field '{column}' is empty in every row")
-            raise DataError(f"{where}: field '{column}' must hold text, found {values.type}")
+                raise fail(None, key, "is empty in every row",
+                           f"set {knob(key)} to the column that holds the text")
+            row, what = _first_odd(_python_values(values), str)
+            raise fail(row, key, f"{what}, not text", "write every sentence as a string")
         if values.null_count:
             row = pc.index(pc.is_null(values), True).as_py()
-            raise DataError(f"{where}: {position(row)}: field '{column}' is missing or null")
-    labels = table.column(label_field)
-    if labels.null_count:
-        row = pc.index(pc.is_null(labels), True).as_py()
-        raise DataError(f"{where}: {position(row)}: field '{label_field}' is missing or null")
-    if not pa.types.is_integer(labels.type):
-        first = labels[0].as_py() if len(labels) else None
-        raise DataError(
-            f"{where}: field '{label_field}' must be an integer class id as in the hub's schema "
-            f"(found {labels.type}, e.g. {first!r}); map label names to ids first"
-        )
-    bad = pc.invert(pc.is_in(labels, value_set=pa.array(sorted(valid_labels), labels.type)))
+            raise fail(row, key, "is missing or null", "give every row a value or remove the row")
+    labels = table.column(columns["label"])
+    if pa.types.is_integer(labels.type):
+        bad = pc.invert(pc.is_in(labels, value_set=pa.array(valid_ids, labels.type)))
+    elif _is_text(labels):
+        spellings = pa.array(list(lookup), labels.type)
+        bad = pc.invert(pc.is_in(_normalized(labels), value_set=spellings))
+    else:  # floats, lists, or ids and names mixed (a JSON-extension column)
+        row, what = _first_odd(_python_values(labels), (int, str))
+        raise fail(row, "label", what, f"{accepted}, one kind throughout the file")
     if pc.any(bad).as_py():
         row = pc.index(bad, True).as_py()
-        raise DataError(
-            f"{where}: {position(row)}: unknown {label_field} value {labels[row].as_py()} "
-            f"(expected one of {sorted(valid_labels)})"
-        )
+        raise fail(row, "label", f"has the unknown label {labels[row].as_py()!r}", accepted)
+
+    ds = ds.select_columns(list(dict.fromkeys(columns.values())))
+    ds = ds.rename_columns({c: k for k, c in columns.items() if c != k})
+    if not pa.types.is_integer(labels.type):
+        features = ds.features.copy()
+        features["label"] = datasets.ClassLabel(names=list(label_names))
+        ds = ds.map(_encode_batch, batched=True, batch_size=10_000, input_columns="label",
+                    fn_kwargs={"lookup": lookup}, features=features,
+                    desc=f"label names -> ids ({split})")
+    return ds
