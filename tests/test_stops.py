@@ -96,6 +96,18 @@ def test_sigterm_interrupts_and_resuming_gives_the_uninterrupted_result(pair_fil
     assert resumed["wandb_run_id"] == results["wandb_run_id"]
 
 
+def test_sigterm_before_training_is_recorded_too(pair_files, tmp_path, monkeypatch):
+    def killed(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(pipeline, "build_datamodule", killed)  # while reading the data
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RunInterruptedError, match="start it again"):
+        pipeline.train(compose_cfg([*LSTM, *FAST, *file_overrides(pair_files)], tmp_path))
+    assert read(tmp_path)["status"] == "interrupted" and read(tmp_path)["resume"] is None
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
 def run_cli(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, str(REPO / "src" / "train.py"), *args], cwd=cwd,
@@ -180,3 +192,17 @@ def test_wandb_group_is_in_the_run_settings_and_config(pair_files, tmp_path, mon
     debug_log = (run_file.parent / "logs" / "debug.log").read_text()
     assert "'group': None" not in debug_log and "'group': '2026-11-23_10-00-00-abc123'" \
         in debug_log
+
+
+def test_report_reads_an_interrupted_and_resumed_job(tmp_path):
+    from entailment_lab.report.collect import load_job
+    from entailment_lab.report.job import INTERRUPTED
+
+    (tmp_path / "results.json").write_text(json.dumps({
+        "schema": 1, "status": "interrupted", "model": "lstm", "pid": 1,
+        "error": "interrupted by SIGTERM (fit, epoch 1, step 5); last.ckpt kept",
+        "resume": "python src/train.py ckpt_path=x", "resumed_by": ["/runs/b"]}))
+    job = load_job(tmp_path)
+    assert job.status == INTERRUPTED
+    assert job.error == "interrupted by SIGTERM (fit, epoch 1, step 5); last.ckpt kept; " \
+                        "resumed in /runs/b"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
+import threading
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -253,19 +255,39 @@ def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg
     multirun gets its own."""
     results = ResultsFile(cfg.paths.output_dir, summary)
     results.save()
+    restore = _sigterm_raises()
     try:
         metrics = task(cfg, results)
-    except RunInterruptedError as err:
+    except (RunInterruptedError, SIGTERMException) as err:
+        if isinstance(err, SIGTERMException):  # outside Lightning's loops: nothing to resume
+            err = RunInterruptedError(f"interrupted by SIGTERM ({cfg.task_name} not started "
+                                      "yet): start it again", None, 143)
         log.error("%s", err)
         results.finish("interrupted", err)
-        raise
+        raise err from None
     except BaseException as err:
         results.finish("failed", err)
         raise
     finally:
+        restore()
         finish_wandb()
     results.finish("completed")
     return metrics
+
+
+def _sigterm_raises() -> Callable[[], None]:
+    """Make SIGTERM raise ``SIGTERMException`` outside Lightning's loops (reading the data,
+    building the model), so such a stop is recorded too; inside them Lightning's own handler
+    is in place and stops gracefully after the batch. Returns what restores the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        if signal.getsignal(signal.SIGTERM) is handler:  # not Lightning's (it calls this too)
+            raise SIGTERMException
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def check_config(cfg: DictConfig) -> None:
