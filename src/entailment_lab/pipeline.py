@@ -258,10 +258,11 @@ def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg
     restore = _sigterm_raises()
     try:
         metrics = task(cfg, results)
-    except (RunInterruptedError, SIGTERMException) as err:
-        if isinstance(err, SIGTERMException):  # outside Lightning's loops: nothing to resume
-            err = RunInterruptedError(f"interrupted by SIGTERM ({cfg.task_name} not started "
-                                      "yet): start it again", None, 143)
+    except (RunInterruptedError, SIGTERMException, KeyboardInterrupt) as err:
+        if not isinstance(err, RunInterruptedError):  # outside Lightning's loops
+            stop, code = ("SIGTERM", 143) if isinstance(err, SIGTERMException) else ("SIGINT", 130)
+            err = RunInterruptedError(f"interrupted by {stop} ({cfg.task_name} not started yet)"
+                                      ": start it again", None, code)
         log.error("%s", err)
         results.finish("interrupted", err)
         raise err from None
@@ -352,8 +353,9 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, module: ClassifierModule,
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     validated = any("val/acc" in row for row in recorder.history)
     if not validated and not trainer.fast_dev_run:
-        log.warning("the run stopped before its first validation (step %d): no best checkpoint"
-                    "; testing the last weights", trainer.global_step)
+        log.warning("training stopped before its first validation (step %d): no best "
+                    "checkpoint%s", trainer.global_step,
+                    "; testing the last weights" if cfg.get("test") else "")
     if cfg.get("eval_train") and best:
         # Training accuracy of the best checkpoint in eval mode (no dropout): what a model
         # fits, unlike the dropout-on running mean train/acc_at_best.
