@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,14 +84,16 @@ def test_same_seed_same_metrics(trained_run, pair_files, tmp_path):
 
 def test_resume_from_last_checkpoint_continues(trained_run, pair_files, tmp_path):
     out, _ = trained_run
-    last = out / "checkpoints" / "last.ckpt"
+    first = tmp_path / "first"  # a copy: resuming writes into the first run's checkpoints
+    shutil.copytree(out / "checkpoints", first / "checkpoints")
+    last = first / "checkpoints" / "last.ckpt"
+    step = torch.load(last, weights_only=False)["global_step"]
     cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=3",
-                       f"ckpt_path={last}", "seed=3"], tmp_path)
+                       f"ckpt_path={last}", "seed=3"], tmp_path / "second")
     metrics = train(cfg)
     assert metrics["epochs"] == 3  # continued from epoch 2, one more epoch
-    resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
-    assert resumed["epoch"] == 2 and resumed["global_step"] > torch.load(
-        last, weights_only=False)["global_step"]
+    resumed = torch.load(last, weights_only=False)
+    assert resumed["epoch"] == 2 and resumed["global_step"] > step
 
 
 def test_bad_dim_is_a_config_error(pair_files, tmp_path):

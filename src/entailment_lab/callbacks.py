@@ -7,9 +7,12 @@ as lightning-hydra-template keeps ``train.py`` free of side effects.
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
 
 import lightning as L
+import numpy as np
+import torch
 from lightning.pytorch.loggers import WandbLogger
 
 from entailment_lab.results import ResultsFile, clean_number
@@ -116,6 +119,27 @@ class ResultsRecorder(L.Callback):
     def _save(self, trainer: L.Trainer) -> None:
         if trainer.is_global_zero:
             self.results.save()
+
+
+class EpochSeed(L.Callback):
+    """Seed the random generators from (seed, epoch) at the first batch of every epoch.
+
+    Lightning restores weights, optimiser, schedule and loops from a checkpoint, not the random
+    generators. Seeding each epoch makes a run resumed from an epoch-end checkpoint
+    (``last.ckpt``) draw the same dropout masks as an uninterrupted run with the same seed; the
+    order of the batches is already a function of (seed, epoch) (``BucketBatchSampler``).
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if batch_idx == 0:
+            seed = (self.seed * 1_000_003 + trainer.current_epoch) % 2**32
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)  # every device's generator too
 
 
 def _wandb(trainer: L.Trainer) -> list[WandbLogger]:

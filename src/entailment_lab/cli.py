@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from entailment_lab.errors import UserError
+from entailment_lab.results import RunInterruptedError
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 _RUN_ID = secrets.token_hex(3)  # fixed for this process: all jobs of one sweep agree on it
@@ -31,7 +32,9 @@ def register_resolvers() -> None:
 
 
 def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> float | None:
-    """Run ``task``; print user errors in one line (no traceback) and exit with status 1.
+    """Run ``task``; print user errors in one line (no traceback) and exit with status 1; a run
+    stopped by a signal (already logged, with how to resume) exits with the shell's status for
+    it (143 for SIGTERM, 130 for Ctrl+C).
 
     Returns ``cfg.optimized_metric`` for Hydra sweepers; if the run produced none, or NaN (a
     diverged run), ``cfg.objective_on_nan`` instead, so that an Optuna study records a bad
@@ -39,6 +42,8 @@ def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> f
     """
     try:
         metrics = task(cfg)
+    except RunInterruptedError as err:
+        sys.exit(err.exit_code)
     except (UserError, MissingMandatoryValue) as err:
         message = str(err).strip().splitlines()[0]
         if isinstance(err, MissingMandatoryValue):

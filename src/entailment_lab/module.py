@@ -120,9 +120,11 @@ class ClassifierModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         acc = self.val_acc.compute()
         if not self.trainer.sanity_checking:
-            previous = self.val_acc_best.compute() if self.val_acc_best.update_count else None
+            # The stored maximum (-inf before any update), restored on resume; update_count
+            # is not, so it cannot tell a resumed run's first validation from a new best.
+            previous = self.val_acc_best.max_value.clone()
             self.val_acc_best(acc)
-            if (previous is None or acc > previous) and self.train_acc.update_count:
+            if acc > previous and self.train_acc.update_count:
                 # Validation runs at the end of the training epoch, so this is its accuracy.
                 self.train_acc_at_best = float(self.train_acc.compute())
         best = self.val_acc_best.compute() if self.val_acc_best.update_count else acc

@@ -9,6 +9,10 @@ import logging
 import os
 import pickle
 import re
+import shlex
+import signal
+import threading
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,19 +20,26 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
-from entailment_lab.callbacks import ResultsRecorder
+from entailment_lab.callbacks import EpochSeed, ResultsRecorder
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.errors import ConfigError, UserError
 from entailment_lab.models.base import Network
 from entailment_lab.module import CHECKPOINT_KEY, ClassifierModule
-from entailment_lab.results import ResultsFile, clean_number
+from entailment_lab.results import (
+    ResultsFile,
+    RunInterruptedError,
+    add_resumed_by,
+    clean_number,
+    run_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,20 +145,46 @@ def _sweep_group() -> str | None:
     return f"{sweep.parent.name}_{sweep.name}"
 
 
+def _wandb_nodes(cfg: DictConfig) -> list[DictConfig]:
+    return [node for node in (cfg.get("logger") or {}).values()
+            if node is not None and "Wandb" in node.get("_target_", "")]
+
+
+def resolve_wandb_group(cfg: DictConfig, group: str | None = None) -> None:
+    """Write the W&B group into ``cfg`` where it is null: ``group``, else (a multirun job) the
+    sweep folder's name, so the run's config, its settings and its checkpoints all name the
+    group the run is filed under."""
+    for node in _wandb_nodes(cfg):
+        if node.get("group") is None:
+            with open_dict(node):
+                node.group = group or _sweep_group()
+
+
+def _wandb_group(config: Mapping[str, Any]) -> str | None:
+    """The W&B group recorded in a run's resolved config (a checkpoint's), if any."""
+    loggers = config.get("logger") or {}
+    return next((node.get("group") for node in loggers.values()
+                 if isinstance(node, Mapping) and "Wandb" in str(node.get("_target_"))
+                 and node.get("group")), None)
+
+
 def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]:
+    """The loggers of ``cfg.logger``; W&B with its group in the run's settings and, given
+    ``resume_id``, continuing that run."""
+    resolve_wandb_group(cfg)
     loggers = []
     for name, node in (cfg.get("logger") or {}).items():
         if node is None or "_target_" not in node:
             continue
+        kwargs: dict[str, Any] = {}
         if "Wandb" in node._target_:
+            import wandb
+
             _wandb_defaults()
-            node = node.copy()
-            with open_dict(node):
-                if node.get("group") is None:
-                    node.group = _sweep_group()
-                if resume_id:
-                    node.id, node.resume = resume_id, "allow"
-        loggers.append(_instantiate(node, f"logger.{name}"))
+            kwargs["settings"] = wandb.Settings(run_group=node.get("group"))
+            if resume_id:
+                kwargs.update(id=resume_id, resume="allow")
+        loggers.append(_instantiate(node, f"logger.{name}", **kwargs))
     return loggers
 
 
@@ -245,19 +282,45 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg: DictConfig,
                   summary: dict[str, Any]) -> dict[str, Any]:
-    """Run ``task`` with a results file that says running, then completed or failed; always
-    close the W&B run, so the next job of a multirun gets its own."""
+    """Run ``task`` with a results file that says running, then completed, interrupted (with
+    how to resume, also logged) or failed; always close the W&B run, so the next job of a
+    multirun gets its own."""
     results = ResultsFile(cfg.paths.output_dir, summary)
     results.save()
+    restore = _sigterm_raises()
     try:
         metrics = task(cfg, results)
+    except (RunInterruptedError, SIGTERMException, KeyboardInterrupt) as err:
+        if not isinstance(err, RunInterruptedError):  # outside Lightning's loops
+            stop, code = ("SIGTERM", 143) if isinstance(err, SIGTERMException) else ("SIGINT", 130)
+            err = RunInterruptedError(f"interrupted by {stop} ({cfg.task_name} not started yet)"
+                                      ": start it again", None, code)
+        log.error("%s", err)
+        results.finish("interrupted", err)
+        raise err from None
     except BaseException as err:
         results.finish("failed", err)
         raise
     finally:
+        restore()
         finish_wandb()
     results.finish("completed")
     return metrics
+
+
+def _sigterm_raises() -> Callable[[], None]:
+    """Make SIGTERM raise ``SIGTERMException`` outside Lightning's loops (reading the data,
+    building the model), so such a stop is recorded too; inside them Lightning's own handler
+    is in place and stops gracefully after the batch. Returns what restores the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        if signal.getsignal(signal.SIGTERM) is handler:  # not Lightning's (it calls this too)
+            raise SIGTERMException
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -277,10 +340,13 @@ def check_config(cfg: DictConfig) -> None:
 def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
-    vocab, resume_id = None, None
+    vocab, resume_id, origin = None, None, None
     if cfg.get("ckpt_path"):
         _, meta = _checkpoint_metadata(cfg.ckpt_path)
         vocab, resume_id = Vocabulary(meta["vocab"]), meta.get("wandb_run_id")
+        origin = _link_resumed_run(cfg, results)
+        resolve_wandb_group(cfg, _wandb_group(meta["config"]))  # the same run, the same group
+    resolve_wandb_group(cfg)  # before the config is recorded
     datamodule = build_datamodule(cfg.data, vocab)
     embedding = _instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
     net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
@@ -292,12 +358,36 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
 
     loggers = build_loggers(cfg, resume_id)
     recorder = ResultsRecorder(results, config)
-    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), recorder]
+    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), recorder, EpochSeed(cfg.seed)]
+    if origin is not None:
+        _checkpoints_stay_in(origin, Path(cfg.paths.output_dir), callbacks)
     trainer: L.Trainer = _instantiate(cfg.trainer, "trainer", callbacks=callbacks,
                                       logger=loggers or False)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    try:
+        _fit_and_test(cfg, trainer, module, datamodule, recorder)
+    except BaseException as err:
+        stop = _stop_signal(trainer, err)
+        if stop is None:
+            raise
+        raise _interruption(trainer, stop, results.data.get("overrides", []),
+                            cfg.paths.output_dir) from err
+    return recorder.metrics
+
+
+def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, module: ClassifierModule,
+                  datamodule: TextDataModule, recorder: ResultsRecorder) -> None:
+    """Fit, then (``eval_train``) the best checkpoint on the training split, then test."""
+    with warnings.catch_warnings():
+        # Said once below instead (a run stopped before its first validation).
+        warnings.filterwarnings("ignore", r".*could not find the monitored key")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
 
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    validated = any("val/acc" in row for row in recorder.history)
+    if not validated and not trainer.fast_dev_run:
+        log.warning("training stopped before its first validation (step %d): no best "
+                    "checkpoint%s", trainer.global_step,
+                    "; testing the last weights" if cfg.get("test") else "")
     if cfg.get("eval_train") and best:
         # Training accuracy of the best checkpoint in eval mode (no dropout): what a model
         # fits, unlike the dropout-on running mean train/acc_at_best.
@@ -308,7 +398,60 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     if cfg.get("test"):  # the best checkpoint (fast_dev_run saves none: the last weights)
         ckpt_path = None if trainer.fast_dev_run else best or None
         trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    return recorder.metrics
+
+
+def _stop_signal(trainer: L.Trainer, err: BaseException) -> str | None:
+    """The signal that stopped the run (Lightning: ``SIGTERMException``, or ``sys.exit(1)``
+    after Ctrl+C), else ``None``."""
+    if isinstance(err, SIGTERMException) or trainer.received_sigterm:
+        return "SIGTERM"
+    if isinstance(err, KeyboardInterrupt) or isinstance(err.__context__, KeyboardInterrupt):
+        return "SIGINT"
+    return None
+
+
+def _interruption(trainer: L.Trainer, stop: str, overrides: list[str],
+                  folder: str) -> RunInterruptedError:
+    """Where a stopped run stopped, and the command that resumes it in its own folder."""
+    stage = trainer.state.fn.value if trainer.state.fn else "fit"
+    where = f"{stage}, epoch {trainer.current_epoch}, step {trainer.global_step}"
+    exit_code = 143 if stop == "SIGTERM" else 130
+    last = next((Path(cb.dirpath) / "last.ckpt" for cb in trainer.checkpoint_callbacks
+                 if isinstance(cb, ModelCheckpoint) and cb.dirpath
+                 and (Path(cb.dirpath) / "last.ckpt").is_file()), None)
+    if last is None:
+        return RunInterruptedError(f"interrupted by {stop} ({where}) before any last.ckpt was "
+                                   "saved: nothing to resume from, start it again", None,
+                                   exit_code)
+    kept = [o for o in overrides
+            if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))]
+    resume = shlex.join(["python", "src/train.py", *kept, f"ckpt_path={last}",
+                         f"hydra.run.dir={folder}"])
+    return RunInterruptedError(f"interrupted by {stop} ({where}); last.ckpt kept", resume,
+                               exit_code)
+
+
+def _link_resumed_run(cfg: DictConfig, results: ResultsFile) -> Path | None:
+    """Resumed in another folder: ``resumed_from`` here, ``resumed_by`` in the first run's;
+    returns that first run's folder (``None`` when resuming in place)."""
+    origin = run_folder(cfg.ckpt_path)
+    here = Path(cfg.paths.output_dir).resolve()
+    if origin == here:
+        return None
+    results.update(resumed_from=str(origin))
+    add_resumed_by(origin, here)
+    return origin
+
+
+def _checkpoints_stay_in(origin: Path, here: Path, callbacks: list[L.Callback]) -> None:
+    """A run resumed in another folder keeps writing its checkpoints in the first folder:
+    Lightning restores a ``ModelCheckpoint``'s best score only into the same ``dirpath``, and
+    without it the best checkpoint would be chosen among the resumed epochs only."""
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath \
+                and Path(callback.dirpath).resolve().parent == here:
+            callback.dirpath = str(origin / Path(callback.dirpath).name)
+            log.info("resumed from %s: its checkpoints continue in %s", origin, callback.dirpath)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The per-job results file (``results.json`` in the job folder).
 
-Written atomically at the start (``status: running``) and at the end (``completed`` or
-``failed`` with the error), so a reader (``report.py``) can tell finished, crashed and
-still-running jobs apart and never sees half a file.
+Written atomically at the start (``status: running``) and at the end (``completed``,
+``failed`` with the error, or ``interrupted`` with the command that resumes it), so a reader
+(``report.py``) can tell finished, crashed, stopped and still-running jobs apart and never sees
+half a file. A run resumed in another folder links both ways: ``resumed_from`` in the new
+file, ``resumed_by`` in the old one.
 """
 
 from __future__ import annotations
@@ -43,6 +45,20 @@ def clean_number(value: Any) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
 
 
+class RunInterruptedError(Exception):
+    """A run stopped by a signal (SIGTERM, Ctrl+C); the message says where and how to resume.
+
+    ``resume`` is the command that continues it (``None`` without a checkpoint to resume
+    from); ``exit_code`` is the shell's for the signal (143 for SIGTERM, 130 for Ctrl+C).
+    """
+
+    def __init__(self, reason: str, resume: str | None, exit_code: int) -> None:
+        super().__init__(f"{reason}; resume with: {resume}" if resume else reason)
+        self.reason = reason
+        self.resume = resume
+        self.exit_code = exit_code
+
+
 class ResultsFile:
     """Incrementally built results of one job."""
 
@@ -69,9 +85,30 @@ class ResultsFile:
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
         self.data["status"] = status
-        if error is not None:
+        if isinstance(error, RunInterruptedError):
+            self.data.update(error=error.reason, resume=error.resume)
+        elif error is not None:
             self.data["error"] = f"{type(error).__name__}: {error}"
         self.save()
+
+
+def run_folder(ckpt_path: str | Path) -> Path:
+    """The job folder a checkpoint belongs to (``<job>/checkpoints/NAME.ckpt`` -> ``<job>``)."""
+    folder = Path(ckpt_path).expanduser().resolve().parent
+    return folder.parent if folder.name == "checkpoints" else folder
+
+
+def add_resumed_by(folder: Path, resumed_by: str | Path) -> None:
+    """Record in ``folder``'s results file that the job in ``resumed_by`` continues it."""
+    path = folder / RESULTS_FILE
+    if rank_zero_only.rank != 0 or not path.is_file():
+        return
+    data = read_results(path)
+    if "schema" not in data:  # unreadable: leave it as it is
+        return
+    links = [*data.get("resumed_by", []), str(resumed_by)]
+    data["resumed_by"] = list(dict.fromkeys(links))
+    write_json_atomic(path, data)
 
 
 def read_results(path: str | Path) -> dict[str, Any]:

@@ -16,7 +16,15 @@ from typing import Any
 import psutil
 
 from entailment_lab.errors import UserError
-from entailment_lab.report.job import MISSING, RUNNING, STALE, Job, first_line, percent
+from entailment_lab.report.job import (
+    INTERRUPTED,
+    MISSING,
+    RUNNING,
+    STALE,
+    Job,
+    first_line,
+    percent,
+)
 from entailment_lab.report.match import match_row
 from entailment_lab.results import RESULTS_FILE, read_results
 
@@ -103,6 +111,8 @@ def load_job(folder: Path) -> Job:
     )
     if status == RUNNING and not process_alive(data.get("pid"), data.get("started")):
         job.status = STALE
+    if status == INTERRUPTED and data.get("resumed_by"):
+        job.error = f"{job.error or INTERRUPTED}; resumed in {data['resumed_by'][-1]}"
     return job
 
 

@@ -13,6 +13,7 @@ from entailment_lab.paper_tables import PaperRow
 
 COMPLETED, RUNNING, STALE, FAILED, MISSING = (
     "completed", "running", "stale (process gone)", "failed", "no results.json")
+INTERRUPTED = "interrupted"  # stopped by a signal; results.json says how to resume it
 
 
 @dataclass

@@ -1,0 +1,208 @@
+"""How runs stop: any Trainer budget (max_steps, ...), signals (SIGTERM), resuming, W&B groups."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import shlex
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+
+from entailment_lab import pipeline
+from entailment_lab.results import RunInterruptedError
+from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+
+LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
+SEEDED = ["trainer.deterministic=true", "seed=5", "eval_train=false"]
+
+
+class SigtermAt(L.Callback):
+    """Send this process SIGTERM when training epoch ``epoch`` starts (after ``epoch`` full
+    epochs, each with its last.ckpt)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def read(folder: Path) -> dict:
+    return json.loads((folder / "results.json").read_text())
+
+
+# --- item 2: every Trainer argument, and runs that stop before validating ---------------------
+def test_every_trainer_argument_is_a_plain_key(tmp_path):
+    cfg = compose_cfg(["trainer.max_steps=3", "trainer.limit_train_batches=2",
+                       "trainer.val_check_interval=0.5", "trainer.accumulate_grad_batches=2",
+                       "trainer.precision=bf16-mixed", "trainer.gradient_clip_val=1.0",
+                       "trainer.max_time=00:00:10:00"], tmp_path)
+    assert cfg.trainer.max_steps == 3 and cfg.trainer.accumulate_grad_batches == 2
+    passed_elsewhere = {"self", "callbacks", "logger"}  # the callbacks and logger groups
+    arguments = set(inspect.signature(L.Trainer.__init__).parameters) - passed_elsewhere
+    assert not arguments - set(cfg.trainer), "Trainer arguments missing in conf/trainer"
+
+
+def test_run_stopped_before_its_first_validation_tests_the_last_weights(pair_files, tmp_path,
+                                                                         caplog):
+    # 60 pairs in batches of 16: 4 steps an epoch; validation would come after the 4th.
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_steps=2"],
+                      tmp_path)
+    with caplog.at_level(logging.WARNING):
+        metrics = pipeline.train(cfg)
+    assert read(tmp_path)["status"] == "completed" and "test/acc" in metrics
+    said = [r.getMessage() for r in caplog.records if "first validation" in r.getMessage()]
+    assert len(said) == 1 and "testing the last weights" in said[0]
+    assert not [r for r in caplog.records if "monitored key" in r.getMessage()]
+
+
+# --- item 4: a stopped run says so, and resumes to the same result ----------------------------
+def test_sigterm_interrupts_and_resuming_gives_the_uninterrupted_result(pair_files, tmp_path):
+    base = [*LSTM, *FAST, *file_overrides(pair_files), *SEEDED, "trainer.max_epochs=3",
+            "callbacks.early_stopping=null", "logger=wandb"]
+    whole, first, second = tmp_path / "whole", tmp_path / "first", tmp_path / "second"
+    expected = pipeline.train(compose_cfg(base, whole))
+
+    killer = ["+callbacks.sigterm._target_=tests.test_stops.SigtermAt",
+              "+callbacks.sigterm.epoch=2"]
+    with pytest.raises(RunInterruptedError) as stopped:
+        pipeline.train(compose_cfg([*base, *killer], first))
+    assert stopped.value.exit_code == 143
+    last = first / "checkpoints" / "last.ckpt"
+    results = read(first)
+    assert results["status"] == "interrupted"
+    assert "SIGTERM" in results["error"] and f"ckpt_path={last}" in results["resume"]
+    assert last.is_file() and [row["epoch"] for row in results["history"]] == [0, 1]
+
+    metrics = pipeline.train(compose_cfg([*base, f"ckpt_path={last}"], second))
+    resumed = read(second)
+    assert resumed["status"] == "completed" and metrics["epochs"] == 3
+    for key in ("test/acc", "test/loss", "val/acc_best", "train/acc_at_best", "train/loss"):
+        assert metrics[key] == pytest.approx(expected[key], abs=1e-6), key
+    assert resumed["history"] == read(whole)["history"]  # the same curve, epoch by epoch
+    # Linked both ways, one W&B run.
+    assert resumed["resumed_from"] == str(first.resolve())
+    assert read(first)["resumed_by"] == [str(second.resolve())]
+    assert resumed["wandb_run_id"] == results["wandb_run_id"]
+
+
+def test_sigterm_before_training_is_recorded_too(pair_files, tmp_path, monkeypatch):
+    def killed(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(pipeline, "build_datamodule", killed)  # while reading the data
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RunInterruptedError, match="start it again"):
+        pipeline.train(compose_cfg([*LSTM, *FAST, *file_overrides(pair_files)], tmp_path))
+    assert read(tmp_path)["status"] == "interrupted" and read(tmp_path)["resume"] is None
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def run_cli(args: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, str(REPO / "src" / "train.py"), *args], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_killed_cli_run_exits_non_zero_and_says_how_to_resume(pair_files, tmp_path):
+    run = tmp_path / "run"
+    proc = run_cli([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=100000",
+                    "callbacks.early_stopping=null", "logger=none", f"hydra.run.dir={run}"],
+                   tmp_path)
+    last = run / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 300
+    while not last.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[0][-3000:]
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 143, output[-3000:]
+    results = read(run)
+    assert results["status"] == "interrupted" and last.is_file()
+    assert f"ckpt_path={last}" in results["resume"]
+    log = (run / "train.log").read_text()
+    assert "interrupted by SIGTERM" in log and "resume with: python src/train.py" in log
+    assert output.count("interrupted by SIGTERM") == 1  # said once on the console
+
+    # The printed command (with a budget that ends) continues in the same folder.
+    command = shlex.split(results["resume"])
+    assert command[:2] == ["python", "src/train.py"] and f"hydra.run.dir={run}" in command
+    args = [a.replace("max_epochs=100000", "max_epochs=3") for a in command[2:]]
+    proc = run_cli(args, tmp_path)
+    output = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, output[-3000:]
+    results = read(run)
+    assert results["status"] == "completed" and "test/acc" in results["metrics"]
+    epochs = [row["epoch"] for row in results["history"]]
+    assert epochs == list(range(len(epochs))) and len(epochs) >= 3
+
+
+# --- item 9: the W&B group, read back from the offline run -----------------------------------
+def wandb_records(path: Path) -> list:
+    """The records of an offline run file (``run-ID.wandb``: a LevelDB-style log of
+    protobuf records, in blocks of 32 KiB, after a 7-byte header)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block, records, chunks = path.read_bytes(), 32768, [], b""
+    assert data[:4] == b":W&B"
+    pos = 7
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4:pos + 7])
+        chunks += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL, LAST
+            record = pb.Record()
+            record.ParseFromString(chunks)
+            records.append(record)
+            chunks = b""
+        elif kind == 0:
+            break
+    return records
+
+
+def test_wandb_group_is_in_the_run_settings_and_config(pair_files, tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "_sweep_group", lambda: "2026-11-23_10-00-00-abc123")
+    cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "logger=wandb",
+                       "trainer.max_epochs=1", "test=false", "eval_train=false"], tmp_path)
+    pipeline.train(cfg)
+    assert read(tmp_path)["wandb_group"] == "2026-11-23_10-00-00-abc123"
+    [run_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    records = wandb_records(run_file)
+    [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert run.run_group == "2026-11-23_10-00-00-abc123"
+    logger_cfg = [json.loads(item.value_json) for r in records
+                  if r.WhichOneof("record_type") == "config" for item in r.config.update
+                  if item.key == "logger"]
+    assert logger_cfg and all(c["wandb"]["group"] == "2026-11-23_10-00-00-abc123"
+                              for c in logger_cfg)
+    debug_log = (run_file.parent / "logs" / "debug.log").read_text()
+    assert "'group': None" not in debug_log and "'group': '2026-11-23_10-00-00-abc123'" \
+        in debug_log
+
+
+def test_report_reads_an_interrupted_and_resumed_job(tmp_path):
+    from entailment_lab.report.collect import load_job
+    from entailment_lab.report.job import INTERRUPTED
+
+    (tmp_path / "results.json").write_text(json.dumps({
+        "schema": 1, "status": "interrupted", "model": "lstm", "pid": 1,
+        "error": "interrupted by SIGTERM (fit, epoch 1, step 5); last.ckpt kept",
+        "resume": "python src/train.py ckpt_path=x", "resumed_by": ["/runs/b"]}))
+    job = load_job(tmp_path)
+    assert job.status == INTERRUPTED
+    assert job.error == "interrupted by SIGTERM (fit, epoch 1, step 5); last.ckpt kept; " \
+                        "resumed in /runs/b"
