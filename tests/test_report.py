@@ -21,6 +21,7 @@ from entailment_lab.report import (
     find_job_folders,
     jobs_from_wandb_runs,
     make_report,
+    reduced_budget,
 )
 from entailment_lab.report.collect import process_alive
 from tests.conftest import REPO
@@ -257,6 +258,17 @@ def test_wandb_runs_become_jobs():
     assert done.test == pytest.approx(87.5) and done.params == 1_289_203
     assert (failed.status, failed.model, failed.row.row) == ("failed", "din2", 14)
     assert failed.folder == "wandb:e/p/def"
+    assert done.overrides == [] and reduced_budget(done) is None
+
+
+def test_wandb_runs_with_a_truncated_budget_are_reduced():
+    trainer = {"limit_train_batches": 4, "limit_val_batches": 1.0, "max_steps": -1,
+               "fast_dev_run": False, "overfit_batches": 0.0, "max_time": None}
+    run = SimpleNamespace(id="t", url=None, state="finished", tags=[], summary={},
+                          config={"model": {"name": "din1"}, "dim": 400, "data": {"name": "snli"},
+                                  "trainer": trainer})
+    (job,) = jobs_from_wandb_runs([run], "e/p")
+    assert reduced_budget(job) == "trainer.limit_train_batches=4"
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -391,6 +403,8 @@ def test_single_runs_are_not_called_a_mean_over_seeds(tmp_path):
 
 
 def test_plot_labels_do_not_overlap(tmp_path):
+    from matplotlib.text import Text
+
     from entailment_lab.report.plot import plot_figure
 
     # Rows 18 and 19 (1.9M, 86.2 / 87.2) and our 18 / 19 near each other, on a wide y range.
@@ -403,7 +417,7 @@ def test_plot_labels_do_not_overlap(tmp_path):
     renderer = fig.canvas.get_renderer()
     texts = [t for t in fig.axes[0].texts if t.get_text()]
     assert {"18", "19"} <= {t.get_text() for t in texts}
-    boxes = [t.get_window_extent(renderer) for t in texts]
+    boxes = [Text.get_window_extent(t, renderer) for t in texts]  # the text, no leader line
     overlaps = [(texts[i].get_text(), texts[j].get_text()) for i in range(len(boxes))
                 for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])]
     assert not overlaps

@@ -2,7 +2,7 @@
 
 Our mean ± std over seeds and the paper's point for each row, a dotted line between the two;
 each point is labelled with its row beside the marker (ours to the right, the paper's to the
-left; labels that would overlap, e.g. rows 18 and 19 at 1.9M, are pushed apart vertically once
+left; labels that would overlap, e.g. rows 18 and 19 at 1.9M, are spread apart vertically once
 the layout is final), and the legend sits below the axes so it never hides a point. Rows of
 reduced-budget runs are grey, not joined to the paper's point.
 """
@@ -54,26 +54,59 @@ def _count_label(value: float, _pos: Any = None) -> str:
     return f"{value / 1e3:g}k" if value >= 1e3 else f"{value:g}"
 
 
-_LABEL_PT = 8  # label font size; labels on one side keep 1.25 x this apart vertically
+_LABEL_PT = 8  # label font size (points)
+_GAP = 1.3 * _LABEL_PT  # vertical distance between the centres of two labels side by side
+
+
+def _spread(ys: list[float]) -> list[float]:
+    """Label centres (sorted ``ys``, points) moved apart by at least ``_GAP``: overlapping
+    labels form a cluster centred on their own mean, merged with the next until none overlap."""
+    clusters = [[y] for y in ys]  # each: the original ys of its labels
+
+    def start(c: list[float]) -> float:
+        return sum(c) / len(c) - _GAP * (len(c) - 1) / 2
+
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(clusters) - 1):
+            first, second = clusters[i], clusters[i + 1]
+            if start(first) + _GAP * len(first) > start(second):
+                clusters[i:i + 2] = [first + second]
+                merged = True
+                break
+    return [start(c) + _GAP * k for c in clusters for k in range(len(c))]
 
 
 def _place_labels(ax: Any, labels: list[tuple[float, float, str, str, bool]]) -> None:
-    """Row labels beside their markers (ours to the right, the paper's to the left); a label
-    that would overlap one already placed on its side is moved up until it does not."""
+    """Row labels beside their markers (ours to the right, the paper's to the left). Labels
+    whose horizontal extents overlap are spread vertically around their points (rows 18 and 19
+    share 1.9M), with a thin line to the marker when moved."""
     to_points = 72.0 / ax.figure.dpi
-    placed: list[tuple[bool, float, float, float]] = []  # side, x, y (points), width
-    for x, y, text, color, right in sorted(labels, key=lambda lb: (lb[1], lb[0])):
+    items = []
+    for x, y, text, color, right in labels:
         px, py = (v * to_points for v in ax.transData.transform((x, y)))
-        width = 0.62 * _LABEL_PT * len(text) + 7
-        ty = py
-        for side, qx, qy, qwidth in sorted(placed, key=lambda p: p[2]):
-            near = abs(px - qx) < max(width, qwidth)
-            if side == right and near and abs(ty - qy) < 1.25 * _LABEL_PT:
-                ty = qy + 1.25 * _LABEL_PT
-        placed.append((right, px, ty, width))
-        ax.annotate(text, (x, y), xytext=(7 if right else -7, ty - py),
-                    textcoords="offset points", fontsize=_LABEL_PT, color=color,
-                    ha="left" if right else "right", va="center")
+        width = 0.62 * _LABEL_PT * len(text)
+        left = px + 7 if right else px - 7 - width
+        items.append({"xy": (x, y), "py": py, "span": (left, left + width), "text": text,
+                      "color": color, "right": right})
+    groups: list[list[dict[str, Any]]] = []  # connected by overlapping horizontal extents
+    for item in sorted(items, key=lambda it: it["span"][0]):
+        touching = [g for g in groups if any(it["span"][1] > item["span"][0] and
+                                             item["span"][1] > it["span"][0] for it in g)]
+        for g in touching:
+            groups.remove(g)
+        groups.append([item, *(it for g in touching for it in g)])
+    for group in groups:
+        group.sort(key=lambda it: it["py"])
+        for item, ty in zip(group, _spread([it["py"] for it in group]), strict=True):
+            moved = abs(ty - item["py"]) > 0.5 * _LABEL_PT
+            ax.annotate(item["text"], item["xy"], xytext=(7 if item["right"] else -7,
+                                                          ty - item["py"]),
+                        textcoords="offset points", fontsize=_LABEL_PT, color=item["color"],
+                        ha="left" if item["right"] else "right", va="center",
+                        arrowprops={"arrowstyle": "-", "lw": 0.4, "color": item["color"],
+                                    "shrinkA": 1, "shrinkB": 3} if moved else None)
 
 
 def _plot_table(ax: Any, table: Table) -> list[tuple[float, float, str, str, bool]]:
