@@ -1,4 +1,4 @@
-"""Entry-point support: config resolvers and turning user errors into one-line messages."""
+"""Entry-point support: config resolvers, user errors as one-line messages, a quiet console."""
 
 from __future__ import annotations
 
