@@ -3,15 +3,16 @@
 import logging
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
 from entailment_lab.data.text import Vocabulary
-from entailment_lab.explain import explain_pair
+from entailment_lab.explain import explain_dir, explain_pair
 from entailment_lab.files import save_figures
 from entailment_lab.pipeline import check_config, load_trained
 
 register_resolvers()
+OmegaConf.register_new_resolver("explain_dir", explain_dir, replace=True)  # conf/explain.yaml
 log = logging.getLogger("explain")
 
 

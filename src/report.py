@@ -27,10 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", metavar="G", help="with --wandb: only runs of this group "
                         "(a sweep's group is its folder name, e.g. 2026-11-21_08-28-03-67949f)")
     parser.add_argument("--no-plot", action="store_true", help="skip report.png")
+    parser.add_argument("--compare-reduced", action="store_true",
+                        help="compare runs with a debug preset or a truncated budget (debug=tiny, "
+                        "trainer.limit_train_batches=...) with the paper too (default: they get "
+                        "rows of their own, marked, without the paper's numbers)")
     args = parser.parse_args(argv)
     try:
         report = make_report(args.paths, out=args.out, wandb_project=args.wandb,
-                             wandb_group=args.group, plot=not args.no_plot)
+                             wandb_group=args.group, plot=not args.no_plot,
+                             compare_reduced=args.compare_reduced)
     except UserError as err:
         print(f"error: {str(err).strip().splitlines()[0]}", file=sys.stderr)
         return 1

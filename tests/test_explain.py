@@ -3,9 +3,11 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from entailment_lab.explain import explain_dir
 from entailment_lab.pipeline import train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 
@@ -18,16 +20,32 @@ def test_explain_writes_both_heatmaps(pair_files, tmp_path):
                        "trainer.max_epochs=1", "test=false"], run)
     train(cfg)
     ckpt = json.loads((run / "results.json").read_text())["best_checkpoint"]
-    out = tmp_path / "explain"
+    premise, hypothesis = "a young man is riding a bike in the park .", "a person is riding ."
     proc = subprocess.run(
         [sys.executable, str(REPO / "src/explain.py"), f"ckpt_path={ckpt}",
-         "premise=a young man is riding a bike in the park .",
-         "hypothesis=a person is riding a bike .", f"hydra.run.dir={out}"],
-        capture_output=True, text=True, timeout=300)
+         f"premise={premise}", f"hypothesis={hypothesis}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # Beside the checkpoint's run, one folder per pair; no new folder anywhere else.
+    out = Path(explain_dir(ckpt, premise, hypothesis, "unused"))
+    assert out.parent == run / "explain"
+    assert out.name.startswith("a-young-man-is-riding--a-person-is-riding-")
     for name in ("interaction.png", "gates.png"):
         assert (out / name).stat().st_size > 5000
-    assert "prediction:" in proc.stdout + proc.stderr
+    assert (out / "explain.log").is_file()
+    assert not (tmp_path / "outputs").exists() and not (REPO / "outputs/explain").exists()
+    console = proc.stdout + proc.stderr
+    assert "prediction:" in console
+    assert "OOV rate" not in console  # the shape-only embedding before the trained weights
+
+
+def test_explain_dir_per_pair():
+    ckpt = "outputs/train/D/T-1/checkpoints/epoch_004.ckpt"
+    first = explain_dir(ckpt, "A man sleeps .", "A person rests .", "fallback")
+    assert first.startswith("outputs/train/D/T-1/explain/a-man-sleeps--a-person-rests-")
+    assert explain_dir(ckpt, "A man sleeps .", "Nobody rests .", "fallback") != first
+    assert explain_dir("run/last.ckpt", "a", "b", "x").startswith("run/explain/a--b-")
+    assert explain_dir(None, None, None, "outputs/explain") == "outputs/explain"
 
 
 def test_heatmaps_of_test_pairs_are_logged_to_wandb(pair_files, tmp_path):

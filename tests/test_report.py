@@ -21,6 +21,7 @@ from entailment_lab.report import (
     find_job_folders,
     jobs_from_wandb_runs,
     make_report,
+    reduced_budget,
 )
 from entailment_lab.report.collect import process_alive
 from tests.conftest import REPO
@@ -196,9 +197,9 @@ def test_a_sentence_model_on_new_data_gets_the_sentence_layout(tmp_path):
 
 def test_mixed_settings_within_a_row_are_flagged(tmp_path):
     write_job(tmp_path / "0", seed=1, overrides=["seed=1"])
-    write_job(tmp_path / "1", seed=2, overrides=["seed=2", "trainer.max_epochs=1"])
+    write_job(tmp_path / "1", seed=2, overrides=["seed=2", "optimizer.lr=0.01"])
     md = make_report([tmp_path], plot=False).markdown
-    assert "mixes settings" in md and "`trainer.max_epochs=1` (1 job)" in md
+    assert "mixes settings" in md and "`optimizer.lr=0.01` (1 job)" in md
 
 
 def test_job_without_results_is_placed_by_its_hydra_config(tmp_path):
@@ -257,6 +258,17 @@ def test_wandb_runs_become_jobs():
     assert done.test == pytest.approx(87.5) and done.params == 1_289_203
     assert (failed.status, failed.model, failed.row.row) == ("failed", "din2", 14)
     assert failed.folder == "wandb:e/p/def"
+    assert done.overrides == [] and reduced_budget(done) is None
+
+
+def test_wandb_runs_with_a_truncated_budget_are_reduced():
+    trainer = {"limit_train_batches": 4, "limit_val_batches": 1.0, "max_steps": -1,
+               "fast_dev_run": False, "overfit_batches": 0.0, "max_time": None}
+    run = SimpleNamespace(id="t", url=None, state="finished", tags=[], summary={},
+                          config={"model": {"name": "din1"}, "dim": 400, "data": {"name": "snli"},
+                                  "trainer": trainer})
+    (job,) = jobs_from_wandb_runs([run], "e/p")
+    assert reduced_budget(job) == "trainer.limit_train_batches=4"
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -346,3 +358,69 @@ def test_a_reused_pid_makes_a_running_job_stale():
     assert process_alive(os.getpid(), NOW)
     assert not process_alive(os.getpid(), old)  # this process started after the job
     assert not process_alive(dead_pid(), NOW) and not process_alive(None, NOW)
+
+
+def _debug_job(folder, **kwargs):
+    write_job(folder, **kwargs)
+    results = json.loads((folder / "results.json").read_text())
+    results["choices"]["debug"] = "tiny"
+    (folder / "results.json").write_text(json.dumps(results))
+
+
+def test_reduced_budget_runs_are_marked_and_not_compared(tmp_path):
+    write_job(tmp_path / "full", seed=1, test=0.86, experiment="table2/row17")
+    _debug_job(tmp_path / "tiny", seed=1, test=0.40, experiment="table2/row17")
+    write_job(tmp_path / "short", seed=2, test=0.41, experiment="table2/row17",
+              overrides=["experiment=table2/row17", "trainer.limit_train_batches=4"])
+    write_job(tmp_path / "longer", model="decatt", dim=200, seed=1, test=0.85,
+              overrides=["model=decatt", "trainer.max_epochs=90"])  # more than the recipe's 60
+    report = make_report([tmp_path], plot=False)
+    rows = {r["row"]: r for r in read_csv(tmp_path / "report.csv") if r["data"] == "snli"}
+    assert float(rows["17"]["test_mean"]) == pytest.approx(86.0)  # only the full run
+    assert rows["17"]["delta_test"] != "" and rows["17"]["reduced_budget"] == ""
+    reduced = rows["17 (reduced)"]
+    assert reduced["completed"] == "2" and reduced["test_n"] == "2"
+    assert reduced["reduced_budget"] == "debug=tiny, trainer.limit_train_batches=4"
+    assert reduced["delta_test"] == "" and reduced["paper_test"] == ""
+    assert rows["8"]["delta_test"] != "" and "8 (reduced)" not in rows
+    order = [r.label for r in report.tables[0].rows]
+    assert order.index("17 (reduced)") == order.index("17") + 1
+    assert "reduced budget (debug=tiny, trainer.limit_train_batches=4): not compared" in \
+        report.markdown
+    assert "--compare-reduced" in report.markdown
+    compared = make_report([tmp_path], plot=False, compare_reduced=True)
+    row17 = next(rr for rr in compared.tables[0].rows if rr.label == "17")
+    assert row17.test.n == 3 and row17.delta is not None
+
+
+def test_single_runs_are_not_called_a_mean_over_seeds(tmp_path):
+    write_job(tmp_path / "a", seed=1, experiment="table2/row17")
+    md = make_report([tmp_path], plot=False).markdown
+    assert "one run per row (n = 1)" in md and "mean ±" not in md.split("## SNLI")[0]
+    write_job(tmp_path / "b", seed=2, experiment="table2/row17")
+    md = make_report([tmp_path], plot=False).markdown
+    assert "mean ± sample std over seeds" in md
+
+
+def test_plot_labels_do_not_overlap(tmp_path):
+    from matplotlib.text import Text
+
+    from entailment_lab.report.plot import plot_figure
+
+    # Rows 18 and 19 (1.9M, 86.2 / 87.2) and our 18 / 19 near each other, on a wide y range.
+    for i, (model, test) in enumerate([("din1_static", 0.40), ("din2", 0.405), ("din1", 0.41)]):
+        write_job(tmp_path / str(i), model=model, dim=400, test=test, params=1_900_000 + i,
+                  experiment=None)
+    report = make_report([tmp_path], plot=False)
+    fig = plot_figure(report.tables)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.axes[0].texts if t.get_text()]
+    assert {"18", "19"} <= {t.get_text() for t in texts}
+    boxes = [Text.get_window_extent(t, renderer) for t in texts]  # the text, no leader line
+    overlaps = [(texts[i].get_text(), texts[j].get_text()) for i in range(len(boxes))
+                for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])]
+    assert not overlaps
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

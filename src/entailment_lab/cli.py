@@ -1,19 +1,24 @@
-"""Entry-point support: config resolvers and turning user errors into one-line messages."""
+"""Entry-point support: config resolvers, user errors as one-line messages, a quiet console."""
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from entailment_lab.errors import UserError
 from entailment_lab.results import RunInterruptedError
+
+if TYPE_CHECKING:
+    from lightning.pytorch.callbacks import Callback
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 _RUN_ID = secrets.token_hex(3)  # fixed for this process: all jobs of one sweep agree on it
@@ -61,3 +66,86 @@ def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> f
     if value is None or math.isnan(value):
         return cfg.get("objective_on_nan", float("nan"))
     return float(value)
+
+
+# Console noise: lines a researcher has no use for, dropped at the source (each run printed
+# them). Lightning's advertising "Tip" lines, the deprecation warning its own ``_pytree`` module
+# triggers in torch, and W&B's warning about the ``anonymous`` argument Lightning always passes.
+_NOISE_MESSAGES = (r".*isinstance\(treespec, LeafSpec\)",)
+_RANK_ZERO_LOGGERS = tuple(f"{pkg}.utilities.rank_zero"
+                           for pkg in ("lightning.pytorch", "lightning.fabric", "lightning_fabric"))
+_WANDB_NOISE = ("The anonymous setting has no effect and will be removed in a future version.",)
+
+
+class _DropTips(logging.Filter):
+    """Drop Lightning's "💡 Tip: ..." advertisements."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).lstrip().startswith("💡 Tip")
+
+
+def quiet_console() -> None:
+    """Silence the known noise of every run (idempotent)."""
+    for message in _NOISE_MESSAGES:
+        warnings.filterwarnings("ignore", message=message)
+    for name in _RANK_ZERO_LOGGERS:  # whichever of them rank_zero_info logs through
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropTips) for f in logger.filters):
+            logger.addFilter(_DropTips())
+    _plain_lightning_console()
+    try:  # wandb.termwarn(..., repeat=False) prints a message once: mark ours as printed
+        from wandb.errors import term
+    except ImportError:
+        return
+    for message in _WANDB_NOISE:
+        term._printed_messages.add(f"{term.WARN_STRING} {message}")
+
+
+def _plain_lightning_console() -> None:
+    """Outside a terminal, Lightning's own default bar and model summary are the plain ones
+    (its rich bar wraps its metrics one value per line in a log file); and the model summary
+    leaves out its FLOPs column when nothing was counted (no ``example_input_array``: all 0)."""
+    from lightning.pytorch.callbacks import ModelSummary, RichModelSummary
+    from lightning.pytorch.trainer.connectors import callback_connector
+
+    if not sys.stdout.isatty():  # the defaults used when callbacks.rich_progress_bar=null
+        callback_connector._RICH_AVAILABLE = False
+    for cls in (ModelSummary, RichModelSummary):
+        if not getattr(cls.summarize, "_without_zero_flops", False):
+            cls.summarize = staticmethod(_without_zero_flops(cls.summarize))
+
+
+def _without_zero_flops(summarize: Callable[..., None]) -> Callable[..., None]:
+    """``ModelSummary.summarize`` that drops an all-zero FLOPs column (plain text then)."""
+    def wrapped(summary_data: list[tuple[str, list[str]]], total_parameters: int,
+                trainable_parameters: int, model_size: float,
+                total_training_modes: dict[str, int], total_flops: int, **kwargs: Any) -> None:
+        if total_flops:
+            summarize(summary_data, total_parameters, trainable_parameters, model_size,
+                      total_training_modes, total_flops, **kwargs)
+            return
+        from lightning.pytorch.utilities.model_summary.model_summary import (
+            _format_summary_table,
+        )
+
+        columns = [column for column in summary_data if column[0] != "FLOPs"]
+        table = _format_summary_table(total_parameters, trainable_parameters, model_size,
+                                      total_training_modes, total_flops, *columns)
+        table = "\n".join(line for line in table.splitlines() if "Total Flops" not in line)
+        logging.getLogger("lightning.pytorch.callbacks.model_summary").info("\n%s", table)
+
+    wrapped._without_zero_flops = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+def progress_bar(**kwargs: Any) -> Callback:
+    """Lightning's rich progress bar in a terminal; outside one (a log file, a pipe, CI) the
+    plain tqdm bar, which stays on one line per update instead of wrapping its metrics."""
+    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+
+    if sys.stdout.isatty():
+        return RichProgressBar(**kwargs)
+    return TQDMProgressBar(refresh_rate=kwargs.get("refresh_rate", 20))
+
+
+quiet_console()

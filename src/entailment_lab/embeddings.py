@@ -52,8 +52,13 @@ def _finish(
     n_found = int(found[2:].sum())
     stats = {"source": source, "vocab_size": len(vocab), "found": n_found,
              "oov_rate": 1.0 - n_found / max(n_words, 1)}
-    log.info("embeddings (%s): %d / %d vocabulary words found, OOV rate %.1f%%",
-             source, n_found, n_words, 100 * stats["oov_rate"])
+    if source == "random":  # nothing is looked up: an OOV rate would only mislead (and a
+        # checkpoint's shape-only embedding, about to be overwritten, logs nothing)
+        log.debug("embeddings (random): %d words, uniform in [-%g, %g]", n_words, oov_range,
+                  oov_range)
+    else:
+        log.info("embeddings (%s): %d / %d vocabulary words found, OOV rate %.1f%%",
+                 source, n_found, n_words, 100 * stats["oov_rate"])
     embedding = nn.Embedding.from_pretrained(torch.from_numpy(matrix), freeze=freeze,
                                              padding_idx=PAD_ID)
     embedding.stats = stats

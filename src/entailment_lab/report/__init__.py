@@ -21,7 +21,7 @@ from entailment_lab.files import write_bytes_atomic, write_text_atomic
 from entailment_lab.report.aggregate import Stat, mixed_settings_notes, settings_of
 from entailment_lab.report.collect import collect_jobs, find_job_folders, load_job
 from entailment_lab.report.job import COMPLETED, FAILED, MISSING, RUNNING, STALE, Job
-from entailment_lab.report.match import declared_row, match_row, row_by_config
+from entailment_lab.report.match import declared_row, match_row, reduced_budget, row_by_config
 from entailment_lab.report.render import CSV_COLUMNS, csv_rows, render_csv, render_markdown
 from entailment_lab.report.tables import RowResult, Table, build_tables, layout_of
 from entailment_lab.report.wandb_runs import (
@@ -35,6 +35,7 @@ __all__ = [
     "RowResult", "Stat", "Table", "build_tables", "check_wandb_reachable", "collect_jobs",
     "csv_rows", "declared_row", "find_job_folders", "jobs_from_wandb_runs", "layout_of",
     "load_job", "load_wandb_jobs", "make_report", "match_row", "mixed_settings_notes",
+    "reduced_budget",
     "render_csv", "render_markdown", "row_by_config", "settings_of",
 ]
 
@@ -51,11 +52,12 @@ class Report:
 
 def make_report(paths: Sequence[str | os.PathLike], out: str | os.PathLike | None = None,
                 wandb_project: str | None = None, wandb_group: str | None = None,
-                plot: bool = True) -> Report:
+                plot: bool = True, compare_reduced: bool = False) -> Report:
     """Collect jobs, build the tables, write ``report.md/.csv/.png`` into ``out``.
 
     ``out`` defaults to the first path (its folder, if it is a ``results.json``), else the cwd.
-    Everything is rendered before the first file is written.
+    Everything is rendered before the first file is written. Jobs with a debug preset or a
+    truncated budget are marked and kept out of the paper comparison unless ``compare_reduced``.
     """
     if not paths and not wandb_project:
         raise UserError("give at least one folder of runs (e.g. multirun/DATE/TIME-ID) or --wandb")
@@ -65,7 +67,7 @@ def make_report(paths: Sequence[str | os.PathLike], out: str | os.PathLike | Non
     if wandb_project:
         local = {j.wandb_id for j in jobs if j.wandb_id}
         jobs += [j for j in load_wandb_jobs(wandb_project, wandb_group) if j.wandb_id not in local]
-    tables = build_tables(jobs)
+    tables = build_tables(jobs, compare_reduced=compare_reduced)
     sources = [str(p) for p in paths]
     if wandb_project:
         sources.append(f"wandb:{wandb_project}" + (f" group {wandb_group}" if wandb_group else ""))

@@ -8,6 +8,9 @@ config that ran disagree, what ran wins and the job carries a note saying so.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from entailment_lab.paper_tables import ALL_ROWS, PaperRow
 from entailment_lab.report.job import Job
@@ -56,3 +59,49 @@ def match_row(job: Job) -> tuple[PaperRow | None, str | None]:
     where = f"row {configured.label}" if configured else "no paper row"
     return configured, (f"declares row {declared.label} ({declared.model} d={declared.dim}) but "
                         f"ran {job.model} d={job.dim}; counted under {where}")
+
+
+# Trainer knobs that cut a run short: a job overriding them ran less than its recipe's budget.
+_LIMITS = ("trainer.limit_train_batches", "trainer.limit_val_batches",
+           "trainer.limit_test_batches", "trainer.fast_dev_run", "trainer.overfit_batches",
+           "trainer.max_steps", "trainer.max_time")
+_NO_LIMIT = ("", "null", "none", "false", "-1", "1.0", "0", "0.0")  # the knobs' "no limit"
+_DEFAULT_EPOCHS = 30  # conf/trainer/default.yaml
+_RECIPES = Path(__file__).resolve().parents[3] / "conf" / "recipe"
+
+
+def _recipe_epochs(job: Job) -> int:
+    """The epoch budget of the job's recipe (``conf/recipe/NAME.yaml``), else the default."""
+    from omegaconf import OmegaConf
+
+    name = next((v for k, v in job.choices.items() if k.startswith("recipe") and v), None)
+    path = _RECIPES / f"{name}.yaml"
+    if not name or not path.is_file():
+        return _DEFAULT_EPOCHS
+    try:
+        return int(OmegaConf.load(path).trainer.max_epochs)
+    except Exception:  # an unreadable recipe only costs the comparison with its budget
+        return _DEFAULT_EPOCHS
+
+
+def limit_overrides(lookup: Callable[[str], Any]) -> list[str]:
+    """``key=value`` for each budget knob that ``lookup`` (a resolved config) sets to a limit:
+    what a run read back from W&B (no Hydra overrides) ran with."""
+    values = {key: lookup(key) for key in _LIMITS}
+    return [f"{key}={value}" for key, value in values.items()
+            if value is not None and str(value).lower() not in _NO_LIMIT]
+
+
+def reduced_budget(job: Job) -> str | None:
+    """Why a job is not a full run of its row (``debug=tiny``, ``trainer.max_epochs=2``), or
+    ``None``. Such jobs stay in the report, marked, but out of the comparison with the paper."""
+    debug = job.choices.get("debug")
+    if debug:
+        return f"debug={debug}"
+    for override in job.overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key in _LIMITS and value.lower() not in _NO_LIMIT:
+            return override.lstrip("+~")
+        if key == "trainer.max_epochs" and value.isdigit() and int(value) < _recipe_epochs(job):
+            return override.lstrip("+~")
+    return None

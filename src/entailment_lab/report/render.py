@@ -24,7 +24,7 @@ CSV_COLUMNS = (
     "paper_train", "paper_test", "train_mean", "train_std", "train_n", "train_eval_mean",
     "train_eval_std", "val_mean", "test_mean",
     "test_std", "test_n", "delta_test", "status", "completed", "running", "stale", "failed",
-    "no_results", "seeds", "folders",
+    "no_results", "seeds", "folders", "reduced_budget",
 )
 _PAIR_HEADER = ["#", "model", "Para (paper)", "params (ours)", "params (paper conv.)",
                 "train % (paper)", "test % (paper)", "train % (ours)", "train % eval (ours)",
@@ -88,6 +88,11 @@ def _job_config(job: Job) -> str:
 def _notes(tables: Sequence[Table], jobs: Sequence[Job]) -> list[str]:
     notes = [f"`{_display(j.folder)}`: {j.note}" for j in jobs if j.note]
     notes += mixed_settings_notes(tables)
+    reduced = [rr for t in tables for rr in t.rows if rr.reduced and rr.jobs]
+    if reduced:
+        notes.append(f"{sum(len(rr.jobs) for rr in reduced)} job(s) ran a debug preset or a "
+                     "truncated budget; they are shown in rows marked *(reduced)*, without the "
+                     "paper's numbers or Δ (`src/report.py --compare-reduced` compares them too)")
     other = [j for j in jobs if j.task not in (None, "train")]
     if other:
         tasks = ", ".join(sorted({str(j.task) for j in other}))
@@ -99,6 +104,17 @@ def _notes(tables: Sequence[Table], jobs: Sequence[Job]) -> list[str]:
     return notes
 
 
+def _spread_words(tables: Sequence[Table]) -> str:
+    """How our numbers are aggregated, in words true for these tables (n = 1 has no std)."""
+    counts = {rr.test.n for t in tables for rr in t.rows if rr.test.n}
+    if counts and max(counts) == 1:
+        return "one run per row (n = 1), so no spread over seeds is shown"
+    if 1 in counts:
+        return ("mean ± sample std over seeds (n = completed runs; a row with n = 1 is a single "
+                "run and shows no std)")
+    return "mean ± sample std over seeds (n = completed runs)"
+
+
 def render_markdown(tables: Sequence[Table], jobs: Sequence[Job], sources: Sequence[str]) -> str:
     """The whole report as Markdown: one table per data set, then the jobs that did not finish."""
     statuses = Counter(j.status for j in jobs).most_common()  # ties: first seen first
@@ -106,12 +122,12 @@ def render_markdown(tables: Sequence[Table], jobs: Sequence[Job], sources: Seque
     out = ["# Results report", "",
            f"{len(jobs)} jobs from {', '.join(f'`{s}`' for s in sources)}: {summary}.", "",
            "Ours: accuracy of the checkpoint with the best validation accuracy (train = running "
-           "training accuracy of that epoch, dropout on; train eval = that checkpoint on the "
-           "training split in eval mode, what the model fits), mean ± sample std (n = "
-           "completed runs); Δ test = ours − "
-           "paper, in points. Params: trainable, without word embeddings; *paper conv.*: the "
-           "same count under the convention that reproduces the paper's Para (DIN: GRUs counted "
-           "with two weight blocks). Running jobs are counted in *runs*, not in the means.", ""]
+           f"training accuracy of that epoch, dropout on; train eval = that checkpoint on the "
+           f"training split in eval mode, what the model fits), {_spread_words(tables)}; "
+           "Δ test = ours − paper, in points. Params: trainable, without word embeddings; "
+           "*paper conv.*: the same count under the convention that reproduces the paper's Para "
+           "(DIN: GRUs counted with two weight blocks). Running jobs are counted in *runs*, not "
+           "in the means.", ""]
     for table in tables:
         out += [title(table), "", _table_markdown(table), ""]
     notes = _notes(tables, jobs)
@@ -161,6 +177,7 @@ def csv_rows(tables: Sequence[Table]) -> list[dict[str, Any]]:
                 "test_n": rr.test.n, "delta_test": _num(rr.delta), "status": rr.status,
                 **rr.counts(), "seeds": " ".join(map(str, rr.seeds)),
                 "folders": " ".join(_display(j.folder) for j in rr.jobs),
+                "reduced_budget": rr.reduced or "",
             })
     return out
 

@@ -20,6 +20,7 @@ from entailment_lab.paper_tables import (
 )
 from entailment_lab.report.aggregate import Stat, seed_stats
 from entailment_lab.report.job import COMPLETED, MISSING, RUNNING, STALE, Job
+from entailment_lab.report.match import reduced_budget
 
 
 def _stat(metric: str) -> property:
@@ -37,11 +38,13 @@ class RowResult:
     dim: int | None
     jobs: list[Job] = field(default_factory=list)
     stats: dict[str, Stat] = field(default_factory=dict)  # per metric, set by build_tables
+    reduced: str | None = None  # debug preset / truncated budget of its jobs: not compared
 
     @property
     def comparable(self) -> bool:
-        """Whether the paper's accuracy is for this data set (a SICK run is not SNLI's)."""
-        return self.paper is not None and self.paper.data == self.data
+        """Whether the paper's accuracy is for this data set (a SICK run is not SNLI's) and our
+        jobs ran the full budget (a ``debug=tiny`` run is no reproduction)."""
+        return self.paper is not None and self.paper.data == self.data and not self.reduced
 
     def _count(self, *statuses: str) -> int:
         return sum(j.status in statuses for j in self.jobs)
@@ -87,7 +90,8 @@ class RowResult:
 
     @property
     def label(self) -> str:
-        return self.paper.label if self.paper else "–"
+        label = self.paper.label if self.paper else "–"
+        return f"{label} (reduced)" if self.reduced else label
 
     @property
     def config(self) -> str:
@@ -101,9 +105,13 @@ class RowResult:
     @property
     def description(self) -> str:
         if self.paper is None:
-            return f"{self.config} (no paper row)"
-        return f"{self.paper.description} ({self.config})" if self.config else \
-            self.paper.description
+            text = f"{self.config} (no paper row)"
+        else:
+            text = f"{self.paper.description} ({self.config})" if self.config else \
+                self.paper.description
+        if self.reduced:
+            text += f" — reduced budget ({self.reduced}): not compared with the paper"
+        return text
 
     @property
     def seeds(self) -> list[Any]:
@@ -119,6 +127,26 @@ class Table:
     rows: list[RowResult]
 
 
+def _with_reduced_rows(data: str, ordered: list[RowResult], reduced: dict[Any, list[Job]]
+                       ) -> list[RowResult]:
+    """``ordered`` with a marked row of reduced-budget jobs after the row each belongs to."""
+    out = []
+    for rr in ordered:
+        out.append(rr)
+        key = rr.paper or (str(rr.model), str(rr.dim))
+        if key in reduced:
+            out.append(_reduced_row(data, rr.paper, reduced.pop(key)))
+    for jobs in reduced.values():  # rows that exist only as reduced runs
+        out.append(_reduced_row(data, jobs[0].row, jobs))
+    return out
+
+
+def _reduced_row(data: str, paper: PaperRow | None, jobs: list[Job]) -> RowResult:
+    reasons = sorted({str(reduced_budget(j)) for j in jobs})
+    model, dim = (paper.model, paper.dim) if paper else (jobs[0].model, jobs[0].dim)
+    return RowResult(data, paper, model, dim, jobs=jobs, reduced=", ".join(reasons))
+
+
 def layout_of(data: str, jobs: Sequence[Job]) -> str:
     """Sentence data (SST, TREC), or jobs whose models all read single sentences, get the DCNN
     layout; sentence pairs Table 2's."""
@@ -127,8 +155,12 @@ def layout_of(data: str, jobs: Sequence[Job]) -> str:
     return "pair"
 
 
-def build_tables(jobs: Sequence[Job]) -> list[Table]:
-    """One table per data set among the training jobs; each paper row once, in order."""
+def build_tables(jobs: Sequence[Job], compare_reduced: bool = False) -> list[Table]:
+    """One table per data set among the training jobs; each paper row once, in order.
+
+    Jobs with a debug preset or a truncated budget (``match.reduced_budget``) get rows of their
+    own, marked and kept out of the comparison with the paper, unless ``compare_reduced``.
+    """
     by_data: dict[str, list[Job]] = {}
     for job in jobs:
         if job.task in (None, "train") and (job.data or job.model):
@@ -142,8 +174,11 @@ def build_tables(jobs: Sequence[Job]) -> list[Table]:
             base = [r for r in PAIR_ROWS if data == "snli" or r.implemented]
         rows = {r: RowResult(data, r, r.model, r.dim) for r in base}
         extra: dict[tuple[Any, ...], RowResult] = {}
+        reduced: dict[Any, list[Job]] = {}
         for job in data_jobs:
-            if job.row is not None:
+            if not compare_reduced and reduced_budget(job):
+                reduced.setdefault(job.row or (str(job.model), str(job.dim)), []).append(job)
+            elif job.row is not None:
                 rows.setdefault(job.row, RowResult(data, job.row, job.row.model, job.row.dim))
                 rows[job.row].jobs.append(job)
             else:
@@ -152,6 +187,7 @@ def build_tables(jobs: Sequence[Job]) -> list[Table]:
         order = {r: i for i, r in enumerate(ALL_ROWS)}
         ordered = sorted(rows.values(), key=lambda rr: order[rr.paper])
         ordered += [extra[k] for k in sorted(extra)]
+        ordered = _with_reduced_rows(data, ordered, reduced)
         for rr, stats in zip(ordered, seed_stats([rr.completed for rr in ordered]), strict=True):
             rr.stats = stats
         tables.append(Table(data, layout, ordered))

@@ -6,6 +6,7 @@ API key before it touches the network); every failure is one ``UserError`` line.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Iterable
@@ -15,7 +16,7 @@ from urllib.parse import urlparse
 from entailment_lab.errors import UserError
 from entailment_lab.online import unreachable
 from entailment_lab.report.job import COMPLETED, FAILED, RUNNING, Job, first_line, percent
-from entailment_lab.report.match import match_row
+from entailment_lab.report.match import limit_overrides, match_row
 
 _WANDB_STATES = {"finished": COMPLETED, "running": RUNNING, "pending": RUNNING,
                  "crashed": FAILED, "failed": FAILED, "killed": FAILED, "preempted": FAILED}
@@ -76,6 +77,7 @@ def jobs_from_wandb_runs(runs: Iterable[Any], project: str) -> list[Job]:
             train_eval=percent(summary.get("train/acc_eval")),
             val=percent(summary.get("val/acc_best")), test=percent(summary.get("test/acc")),
             error=f"W&B state: {state}" if status == FAILED else None, wandb_id=run.id,
+            overrides=limit_overrides(functools.partial(_lookup_config, config)),
         )
         job.row, job.note = match_row(job)
         jobs.append(job)
