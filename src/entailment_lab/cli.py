@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import secrets
@@ -92,13 +93,16 @@ def quiet_console() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropTips) for f in logger.filters):
             logger.addFilter(_DropTips())
-    _plain_lightning_console()
-    try:  # wandb.termwarn(..., repeat=False) prints a message once: mark ours as printed
+    # The two below reach into Lightning's and W&B's internals (no public switch exists): if a
+    # new version moves them, the noise comes back and nothing else changes.
+    with contextlib.suppress(ImportError, AttributeError):
+        _plain_lightning_console()
+    with contextlib.suppress(ImportError, AttributeError):
+        # wandb.termwarn(..., repeat=False) prints a message once: mark ours as printed
         from wandb.errors import term
-    except ImportError:
-        return
-    for message in _WANDB_NOISE:
-        term._printed_messages.add(f"{term.WARN_STRING} {message}")
+
+        for message in _WANDB_NOISE:
+            term._printed_messages.add(f"{term.WARN_STRING} {message}")
 
 
 def _plain_lightning_console() -> None:
