@@ -13,9 +13,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from entailment_lab.checkpoints import read_checkpoint
 from entailment_lab.errors import ConfigError
 from entailment_lab.module import CHECKPOINT_KEY, plain_data
-from entailment_lab.pipeline import evaluate, load_trained, read_checkpoint, train
+from entailment_lab.pipeline import evaluate, load_trained, train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 
-from entailment_lab import pipeline
+from entailment_lab import loggers, pipeline
 from entailment_lab.results import RunInterruptedError
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 
@@ -175,7 +175,7 @@ def wandb_records(path: Path) -> list:
 
 
 def test_wandb_group_is_in_the_run_settings_and_config(pair_files, tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "_sweep_group", lambda: "2026-11-23_10-00-00-abc123")
+    monkeypatch.setattr(loggers, "_sweep_group", lambda: "2026-11-23_10-00-00-abc123")
     cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "logger=wandb",
                        "trainer.max_epochs=1", "test=false", "eval_train=false"], tmp_path)
     pipeline.train(cfg)

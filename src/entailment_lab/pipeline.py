@@ -7,11 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
-import re
-import shlex
-import signal
-import threading
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -19,50 +14,41 @@ from typing import Any
 
 import hydra
 import lightning as L
-import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.loggers import Logger
+from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from entailment_lab.callbacks import EpochSeed, ResultsRecorder
+from entailment_lab.checkpoints import checkpoint_metadata
+from entailment_lab.config import instantiate
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
-from entailment_lab.errors import ConfigError, UserError
+from entailment_lab.errors import ConfigError
+from entailment_lab.loggers import build_loggers, finish_wandb, resolve_wandb_group, wandb_group
 from entailment_lab.models.base import Network
-from entailment_lab.module import CHECKPOINT_KEY, ClassifierModule
+from entailment_lab.module import ClassifierModule
 from entailment_lab.results import (
     ResultsFile,
     RunInterruptedError,
-    add_resumed_by,
     clean_number,
-    run_folder,
+)
+from entailment_lab.stops import (
+    checkpoints_stay_in,
+    interruption,
+    link_resumed_run,
+    sigterm_raises,
+    stop_signal,
 )
 
 log = logging.getLogger(__name__)
 
 
 # --- builders ----------------------------------------------------------------------------
-def _instantiate(node: DictConfig, what: str, **kwargs: Any) -> Any:
-    """``hydra.utils.instantiate`` with errors turned into one-line ``ConfigError``s."""
-    try:
-        return hydra.utils.instantiate(node, **kwargs)
-    except UserError:
-        raise
-    except hydra.errors.InstantiationException as err:
-        cause = err.__cause__
-        if isinstance(cause, UserError):
-            raise cause from None
-        lines = [ln.strip() for ln in str(err).strip().splitlines()
-                 if ln.strip() and not ln.strip().startswith("full_key:")]
-        raise ConfigError(f"{what}: {' '.join(lines)}") from err
-
-
 def build_datamodule(data_cfg: DictConfig, vocab: Vocabulary | None = None) -> TextDataModule:
     """The DataModule, set up (read, tokenised, indexed); ``vocab`` fixes the ids (eval)."""
-    datamodule = _instantiate(data_cfg, "data")
+    datamodule = instantiate(data_cfg, "data")
     if vocab is not None:
         datamodule.vocab = vocab
     datamodule.prepare_data()
@@ -89,7 +75,7 @@ def build_net(net_cfg: DictConfig, embedding: nn.Embedding, num_classes: int,
     context: dict[str, Any] = {"embedding": embedding, "num_classes": num_classes}
     if network_class(net_cfg).needs_vocab:
         context["vocab"] = list(vocab.itos)
-    return _instantiate(net_cfg, "model.net", _convert_="all", **context)
+    return instantiate(net_cfg, "model.net", _convert_="all", **context)
 
 
 def build_module(cfg: DictConfig, net: Network, embedding: nn.Embedding,
@@ -99,8 +85,8 @@ def build_module(cfg: DictConfig, net: Network, embedding: nn.Embedding,
     return ClassifierModule(
         net=net,
         embedding=embedding,
-        optimizer=_instantiate(cfg.optimizer, "optimizer"),
-        scheduler=_instantiate(scheduler_cfg, "scheduler") if scheduler_cfg else None,
+        optimizer=instantiate(cfg.optimizer, "optimizer"),
+        scheduler=instantiate(scheduler_cfg, "scheduler") if scheduler_cfg else None,
         scheduler_interval=cfg.scheduler.get("interval", "step"),
         label_names=label_names,
         metadata=metadata,
@@ -112,132 +98,11 @@ def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[L.Callback]:
     for name, node in (cfg.get("callbacks") or {}).items():
         if node is None or "_target_" not in node:
             continue
-        callback = _instantiate(node, f"callbacks.{name}")
+        callback = instantiate(node, f"callbacks.{name}")
         if isinstance(callback, LearningRateMonitor) and not has_logger:
             continue  # it refuses to run without a logger
         callbacks.append(callback)
     return callbacks
-
-
-def _wandb_defaults() -> None:
-    """Without an API key or WANDB_MODE, go offline instead of failing after 8 seconds."""
-    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
-        return
-    netrc = Path.home() / ".netrc"
-    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
-        return
-    log.warning("W&B: no API key and no WANDB_MODE; logging offline (upload later with "
-                "`wandb sync <job folder>/wandb/offline-run-*`)")
-    os.environ["WANDB_MODE"] = "offline"
-
-
-def _sweep_group() -> str | None:
-    """The W&B group of a multirun job: its sweep folder, e.g. ``2026-11-21_10-00-00-ab12cd``."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return None
-    hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN:
-        return None
-    sweep = Path(hc.sweep.dir)
-    return f"{sweep.parent.name}_{sweep.name}"
-
-
-def _wandb_nodes(cfg: DictConfig) -> list[DictConfig]:
-    return [node for node in (cfg.get("logger") or {}).values()
-            if node is not None and "Wandb" in node.get("_target_", "")]
-
-
-def resolve_wandb_group(cfg: DictConfig, group: str | None = None) -> None:
-    """Write the W&B group into ``cfg`` where it is null: ``group``, else (a multirun job) the
-    sweep folder's name, so the run's config, its settings and its checkpoints all name the
-    group the run is filed under."""
-    for node in _wandb_nodes(cfg):
-        if node.get("group") is None:
-            with open_dict(node):
-                node.group = group or _sweep_group()
-
-
-def _wandb_group(config: Mapping[str, Any]) -> str | None:
-    """The W&B group recorded in a run's resolved config (a checkpoint's), if any."""
-    loggers = config.get("logger") or {}
-    return next((node.get("group") for node in loggers.values()
-                 if isinstance(node, Mapping) and "Wandb" in str(node.get("_target_"))
-                 and node.get("group")), None)
-
-
-def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]:
-    """The loggers of ``cfg.logger``; W&B with its group in the run's settings and, given
-    ``resume_id``, continuing that run."""
-    resolve_wandb_group(cfg)
-    loggers = []
-    for name, node in (cfg.get("logger") or {}).items():
-        if node is None or "_target_" not in node:
-            continue
-        kwargs: dict[str, Any] = {}
-        if "Wandb" in node._target_:
-            import wandb
-
-            _wandb_defaults()
-            kwargs["settings"] = wandb.Settings(run_group=node.get("group"))
-            if resume_id:
-                kwargs.update(id=resume_id, resume="allow")
-        loggers.append(_instantiate(node, f"logger.{name}", **kwargs))
-    return loggers
-
-
-def finish_wandb() -> None:
-    """Close the W&B run so the next job of a multirun starts a new one."""
-    try:
-        import wandb
-    except ImportError:
-        return
-    if wandb.run is not None:
-        wandb.finish()
-
-
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """A checkpoint's contents, loaded with ``weights_only=True``.
-
-    Only tensors and plain containers are read, so opening a shared file runs no code; a file
-    whose pickle names anything else is refused with one line (nothing in it is executed).
-    """
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigError(f"ckpt_path: no such checkpoint '{file}'")
-    try:
-        checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, KeyError, ValueError) as err:
-        raise ConfigError(f"ckpt_path: '{file}' {_load_failure(err)}") from None
-    if not isinstance(checkpoint, dict):
-        raise ConfigError(f"ckpt_path: '{file}' holds a {type(checkpoint).__name__}, not a "
-                          "Lightning checkpoint")
-    return checkpoint
-
-
-def _load_failure(err: Exception) -> str:
-    """Why a weights-only load failed, in a few words (torch's message is long)."""
-    message = str(err).strip()
-    found = re.search(r"Unsupported global: GLOBAL (\S+)", message)
-    if found:
-        return (f"refused: its pickle refers to '{found.group(1)}', not a tensor or plain "
-                "container, so loading it could run code (this project's checkpoints hold "
-                "only tensors and plain containers)")
-    detail = message.partition("WeightsUnpickler error:")[2].strip() or message
-    detail = f"{type(err).__name__}: {detail.splitlines()[0]}" if detail else type(err).__name__
-    return f"is not a readable PyTorch checkpoint ({detail})"
-
-
-def _checkpoint_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The checkpoint (``read_checkpoint``) and this project's entry in it."""
-    checkpoint = read_checkpoint(path)
-    meta = checkpoint.get(CHECKPOINT_KEY)
-    if not isinstance(meta, dict) or "vocab" not in meta:
-        raise ConfigError(f"ckpt_path: '{Path(path).expanduser()}' was not written by this "
-                          "project's train.py (no vocabulary stored in it)")
-    return checkpoint, meta
 
 
 def _inputs(cfg: DictConfig) -> str | None:
@@ -287,7 +152,7 @@ def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg
     multirun gets its own."""
     results = ResultsFile(cfg.paths.output_dir, summary)
     results.save()
-    restore = _sigterm_raises()
+    restore = sigterm_raises()
     try:
         metrics = task(cfg, results)
     except (RunInterruptedError, SIGTERMException, KeyboardInterrupt) as err:
@@ -306,21 +171,6 @@ def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg
         finish_wandb()
     results.finish("completed")
     return metrics
-
-
-def _sigterm_raises() -> Callable[[], None]:
-    """Make SIGTERM raise ``SIGTERMException`` outside Lightning's loops (reading the data,
-    building the model), so such a stop is recorded too; inside them Lightning's own handler
-    is in place and stops gracefully after the batch. Returns what restores the old handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, frame: Any) -> None:
-        if signal.getsignal(signal.SIGTERM) is handler:  # not Lightning's (it calls this too)
-            raise SIGTERMException
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -342,13 +192,13 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     vocab, resume_id, origin = None, None, None
     if cfg.get("ckpt_path"):
-        _, meta = _checkpoint_metadata(cfg.ckpt_path)
+        _, meta = checkpoint_metadata(cfg.ckpt_path)
         vocab, resume_id = Vocabulary(meta["vocab"]), meta.get("wandb_run_id")
-        origin = _link_resumed_run(cfg, results)
-        resolve_wandb_group(cfg, _wandb_group(meta["config"]))  # the same run, the same group
+        origin = link_resumed_run(cfg, results)
+        resolve_wandb_group(cfg, wandb_group(meta["config"]))  # the same run, the same group
     resolve_wandb_group(cfg)  # before the config is recorded
     datamodule = build_datamodule(cfg.data, vocab)
-    embedding = _instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
+    embedding = instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
     net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
     config = OmegaConf.to_container(cfg, resolve=True)
     module = build_module(cfg, net, embedding, datamodule.label_names, metadata={
@@ -360,16 +210,16 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     recorder = ResultsRecorder(results, config)
     callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), recorder, EpochSeed(cfg.seed)]
     if origin is not None:
-        _checkpoints_stay_in(origin, Path(cfg.paths.output_dir), callbacks)
-    trainer: L.Trainer = _instantiate(cfg.trainer, "trainer", callbacks=callbacks,
+        checkpoints_stay_in(origin, Path(cfg.paths.output_dir), callbacks)
+    trainer: L.Trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks,
                                       logger=loggers or False)
     try:
         _fit_and_test(cfg, trainer, module, datamodule, recorder)
     except BaseException as err:
-        stop = _stop_signal(trainer, err)
+        stop = stop_signal(trainer, err)
         if stop is None:
             raise
-        raise _interruption(trainer, stop, results.data.get("overrides", []),
+        raise interruption(trainer, stop, results.data.get("overrides", []),
                             cfg.paths.output_dir) from err
     return recorder.metrics
 
@@ -400,60 +250,6 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, module: ClassifierModule,
         trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
 
 
-def _stop_signal(trainer: L.Trainer, err: BaseException) -> str | None:
-    """The signal that stopped the run (Lightning: ``SIGTERMException``, or ``sys.exit(1)``
-    after Ctrl+C), else ``None``."""
-    if isinstance(err, SIGTERMException) or trainer.received_sigterm:
-        return "SIGTERM"
-    if isinstance(err, KeyboardInterrupt) or isinstance(err.__context__, KeyboardInterrupt):
-        return "SIGINT"
-    return None
-
-
-def _interruption(trainer: L.Trainer, stop: str, overrides: list[str],
-                  folder: str) -> RunInterruptedError:
-    """Where a stopped run stopped, and the command that resumes it in its own folder."""
-    stage = trainer.state.fn.value if trainer.state.fn else "fit"
-    where = f"{stage}, epoch {trainer.current_epoch}, step {trainer.global_step}"
-    exit_code = 143 if stop == "SIGTERM" else 130
-    last = next((Path(cb.dirpath) / "last.ckpt" for cb in trainer.checkpoint_callbacks
-                 if isinstance(cb, ModelCheckpoint) and cb.dirpath
-                 and (Path(cb.dirpath) / "last.ckpt").is_file()), None)
-    if last is None:
-        return RunInterruptedError(f"interrupted by {stop} ({where}) before any last.ckpt was "
-                                   "saved: nothing to resume from, start it again", None,
-                                   exit_code)
-    kept = [o for o in overrides
-            if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))]
-    resume = shlex.join(["python", "src/train.py", *kept, f"ckpt_path={last}",
-                         f"hydra.run.dir={folder}"])
-    return RunInterruptedError(f"interrupted by {stop} ({where}); last.ckpt kept", resume,
-                               exit_code)
-
-
-def _link_resumed_run(cfg: DictConfig, results: ResultsFile) -> Path | None:
-    """Resumed in another folder: ``resumed_from`` here, ``resumed_by`` in the first run's;
-    returns that first run's folder (``None`` when resuming in place)."""
-    origin = run_folder(cfg.ckpt_path)
-    here = Path(cfg.paths.output_dir).resolve()
-    if origin == here:
-        return None
-    results.update(resumed_from=str(origin))
-    add_resumed_by(origin, here)
-    return origin
-
-
-def _checkpoints_stay_in(origin: Path, here: Path, callbacks: list[L.Callback]) -> None:
-    """A run resumed in another folder keeps writing its checkpoints in the first folder:
-    Lightning restores a ``ModelCheckpoint``'s best score only into the same ``dirpath``, and
-    without it the best checkpoint would be chosen among the resumed epochs only."""
-    for callback in callbacks:
-        if isinstance(callback, ModelCheckpoint) and callback.dirpath \
-                and Path(callback.dirpath).resolve().parent == here:
-            callback.dirpath = str(origin / Path(callback.dirpath).name)
-            log.info("resumed from %s: its checkpoints continue in %s", origin, callback.dirpath)
-
-
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate ``cfg.ckpt_path`` on ``cfg.split``; write ``results.json`` in the job folder."""
     return _with_results(_evaluate, cfg, {"task": "eval", "ckpt_path": cfg.ckpt_path,
@@ -467,7 +263,7 @@ def load_trained(ckpt_path: str | os.PathLike, data_overrides: Mapping[str, Any]
     ``data_overrides`` is merged over the run's ``data`` config; ``None`` values keep the
     run's own (an ``eval.py`` knob left unset).
     """
-    checkpoint, meta = _checkpoint_metadata(ckpt_path)
+    checkpoint, meta = checkpoint_metadata(ckpt_path)
     run_cfg = OmegaConf.create(meta["config"])
     vocab = Vocabulary(meta["vocab"])
     # Shape-only embedding: the trained weights come from the state dict below.
@@ -497,7 +293,7 @@ def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     results.update(model=run_cfg.model.name, dim=run_cfg.get("dim"),
                    data=run_cfg.data.get("name"), params=module.parameter_summary())
     loggers = build_loggers(cfg)
-    trainer: L.Trainer = _instantiate(cfg.trainer, "trainer", logger=loggers or False,
+    trainer: L.Trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False,
                                       callbacks=[])
     trainer.test(module, dataloaders=datamodule.dataloader(cfg.split))
     metrics = {f"{cfg.split}/{k.removeprefix('test/')}": clean_number(v)
