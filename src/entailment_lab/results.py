@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_only
-
 from entailment_lab.files import write_text_atomic
 
 RESULTS_FILE = "results.json"
@@ -35,6 +33,14 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
+
+
+def _rank_zero() -> bool:
+    """Whether this process is DDP rank 0 (imported here, not at module import: the report
+    reads results files without loading torch and Lightning)."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    return rank_zero_only.rank == 0
 
 
 def clean_number(value: Any) -> float | None:
@@ -78,7 +84,7 @@ class ResultsFile:
 
     def save(self) -> None:
         """Write the file (rank 0 only: in DDP every rank runs the job, one file results)."""
-        if rank_zero_only.rank != 0:
+        if not _rank_zero():
             return
         self.data["wall_time_s"] = round(time.time() - self.started, 2)
         write_json_atomic(self.path, self.data)
@@ -101,7 +107,7 @@ def run_folder(ckpt_path: str | Path) -> Path:
 def add_resumed_by(folder: Path, resumed_by: str | Path) -> None:
     """Record in ``folder``'s results file that the job in ``resumed_by`` continues it."""
     path = folder / RESULTS_FILE
-    if rank_zero_only.rank != 0 or not path.is_file():
+    if not _rank_zero() or not path.is_file():
         return
     data = read_results(path)
     if "schema" not in data:  # unreadable: leave it as it is
