@@ -16,6 +16,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+import torch
 
 from entailment_lab import loggers, pipeline
 from entailment_lab.results import RunInterruptedError
@@ -138,7 +139,9 @@ def test_killed_cli_run_exits_non_zero_and_says_how_to_resume(pair_files, tmp_pa
     # The printed command (with a budget that ends) continues in the same folder.
     command = shlex.split(results["resume"])
     assert command[:2] == ["python", "src/train.py"] and f"hydra.run.dir={run}" in command
-    args = [a.replace("max_epochs=100000", "max_epochs=3") for a in command[2:]]
+    stopped_at = torch.load(last, weights_only=True)["epoch"]  # epochs may pass before the kill
+    budget = f"max_epochs={stopped_at + 3}"
+    args = [a.replace("max_epochs=100000", budget) for a in command[2:]]
     proc = run_cli(args, tmp_path)
     output = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, output[-3000:]
@@ -206,3 +209,14 @@ def test_report_reads_an_interrupted_and_resumed_job(tmp_path):
     assert job.status == INTERRUPTED
     assert job.error == "interrupted by SIGTERM (fit, epoch 1, step 5); last.ckpt kept; " \
                         "resumed in /runs/b"
+
+
+def test_resuming_a_finished_run_keeps_its_history(pair_files, tmp_path):
+    # Nothing is left to train (the checkpoint's epoch is past max_epochs): the resumed job's
+    # results.json still carries the restored per-epoch history.
+    base = [*LSTM, *FAST, *file_overrides(pair_files), "callbacks.early_stopping=null"]
+    pipeline.train(compose_cfg([*base, "trainer.max_epochs=2"], tmp_path / "first"))
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    pipeline.train(compose_cfg([*base, "trainer.max_epochs=1", f"ckpt_path={last}"],
+                               tmp_path / "first"))
+    assert [row["epoch"] for row in read(tmp_path / "first")["history"]] == [0, 1]

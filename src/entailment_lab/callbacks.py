@@ -52,7 +52,8 @@ class ResultsRecorder(L.Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         params = pl_module.parameter_summary()
         log.info("parameters (trainable, without word embeddings): %s", params)
-        self.results.update(params={k.removeprefix("params/"): v for k, v in params.items()})
+        self.results.update(params={k.removeprefix("params/"): v for k, v in params.items()},
+                            history=self.history)  # a resumed run's earlier epochs, at once
         for lg in trainer.loggers:
             lg.log_hyperparams({**self.config, **params})
         for lg in _wandb(trainer):
