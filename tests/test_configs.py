@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from entailment_lab.config import configured_max_epochs
 from tests.conftest import REPO, compose_cfg
 
 GROUPS = ["model", "data", "embeddings", "optimizer", "scheduler", "trainer", "logger",
@@ -102,3 +103,14 @@ def test_swapping_the_optimiser_keeps_no_stale_values(tmp_path):
     assert "initial_accumulator_value" not in cfg.optimizer
     other = compose_cfg(["model=decatt", "recipe=din"], tmp_path)
     assert other.optimizer._target_ == "torch.optim.Adam" and other.data.batch_size == 128
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["model=decatt_intra", "trainer.max_epochs=5"], 60),  # inherits decatt's 60 epochs
+    (["model=lstm", "trainer.max_epochs=5"], 30),
+    (["model=lexical"], 100),                               # no override: what it runs with
+])
+def test_configured_budget_ignores_the_command_line_epochs(overrides, expected, tmp_path):
+    """What results.json records as the config's budget, for the report's reduced-run check."""
+    cfg = compose_cfg(overrides, tmp_path)
+    assert configured_max_epochs(cfg, overrides) == expected

@@ -79,7 +79,9 @@ def test_lexical_model_trains_and_evaluates(pair_files, tmp_path):
                        *file_overrides(pair_files), "trainer.max_epochs=3"], tmp_path)
     metrics = train(cfg)
     assert 0.0 <= metrics["train/acc_eval"] <= 1.0 and 0.0 <= metrics["test/acc"] <= 1.0
-    best = json.loads((tmp_path / "results.json").read_text())["best_checkpoint"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["budget"] == {"max_epochs": 3, "configured_max_epochs": 100}  # the recipe's
+    best = results["best_checkpoint"]
     evaluated = evaluate(compose_cfg([f"ckpt_path={best}", "split=test",
                                       "trainer.enable_model_summary=false"], tmp_path / "eval",
                                      config_name="eval"))

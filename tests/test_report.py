@@ -23,7 +23,7 @@ from entailment_lab.report import (
     make_report,
     reduced_budget,
 )
-from entailment_lab.report.collect import process_alive
+from entailment_lab.report.collect import load_job, process_alive
 from tests.conftest import REPO
 
 NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -31,7 +31,7 @@ NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
 
 def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1, data="snli",
               train=0.9, test=0.85, params=1_289_203, paper=1_008_403, experiment=None,
-              tags=(), pid=None, error=None, overrides=None, inputs="pair"):
+              tags=(), pid=None, error=None, overrides=None, inputs="pair", budget=None):
     """A results.json as ``pipeline.train`` writes it."""
     folder.mkdir(parents=True, exist_ok=True)
     results = {
@@ -43,6 +43,8 @@ def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1
         "overrides": overrides if overrides is not None else [f"model={model}", f"seed={seed}"],
         "wall_time_s": 10.0, "params": {"trainable": params},
     }
+    if budget is not None:  # (max_epochs given, configured_max_epochs)
+        results["budget"] = {"max_epochs": budget[0], "configured_max_epochs": budget[1]}
     if paper is not None:
         results["params"]["paper_convention"] = paper
     if status == "completed":
@@ -391,6 +393,18 @@ def test_reduced_budget_runs_are_marked_and_not_compared(tmp_path):
     compared = make_report([tmp_path], plot=False, compare_reduced=True)
     row17 = next(rr for rr in compared.tables[0].rows if rr.label == "17")
     assert row17.test.n == 3 and row17.delta is not None
+
+
+def test_budget_recorded_at_run_time_decides_what_is_reduced(tmp_path):
+    """A run records its config's epoch budget; the report judges a command-line
+    ``trainer.max_epochs`` against that, not against the recipe files of today's checkout
+    (``decatt_intra``'s recipe inherits its budget; the old check fell back to 30 for it)."""
+    cut = ["model=decatt_intra", "trainer.max_epochs=45"]
+    write_job(tmp_path / "cut", model="decatt_intra", dim=None, overrides=cut, budget=(45, 60))
+    write_job(tmp_path / "long", model="decatt_intra", dim=None, budget=(90, 60),
+              overrides=["model=decatt_intra", "trainer.max_epochs=90"])
+    assert reduced_budget(load_job(tmp_path / "cut")) == "trainer.max_epochs=45"
+    assert reduced_budget(load_job(tmp_path / "long")) is None
 
 
 def test_single_runs_are_not_called_a_mean_over_seeds(tmp_path):

@@ -21,7 +21,7 @@ from torch import nn
 
 from entailment_lab.callbacks import EpochSeed, ResultsRecorder
 from entailment_lab.checkpoints import checkpoint_metadata
-from entailment_lab.config import instantiate
+from entailment_lab.config import configured_max_epochs, instantiate
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
@@ -133,6 +133,11 @@ def _run_summary(cfg: DictConfig) -> dict[str, Any]:
         "tags": list(cfg.get("tags") or []),
         "choices": choices,
         "overrides": overrides,
+        # the epochs this run was given and the budget its config sets without a command-line
+        # trainer.max_epochs: the report marks a run given fewer as a reduced budget
+        "budget": {"max_epochs": cfg.trainer.get("max_epochs") if "trainer" in cfg else None,
+                   "configured_max_epochs": configured_max_epochs(cfg, overrides)
+                   if "trainer" in cfg else None},
     }
 
 

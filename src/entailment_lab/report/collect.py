@@ -97,12 +97,15 @@ def load_job(folder: Path) -> Job:
         return job
     metrics = data.get("metrics") or {}
     params = data.get("params") or {}
+    budget = data.get("budget") or {}
     job = Job(
         folder=str(folder), status=status, task=data.get("task"), model=data.get("model"),
         inputs=data.get("inputs"), dim=data.get("dim"), seed=data.get("seed"),
         data=data.get("data"),
         tags=list(data.get("tags") or []), choices=dict(data.get("choices") or {}),
         overrides=list(data.get("overrides") or []), params=params.get("trainable"),
+        max_epochs=budget.get("max_epochs"),
+        configured_max_epochs=budget.get("configured_max_epochs"),
         params_paper=params.get("paper_convention"),
         train=percent(metrics.get("train/acc_at_best")), val=percent(metrics.get("val/acc_best")),
         train_eval=percent(metrics.get("train/acc_eval")),

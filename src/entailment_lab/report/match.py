@@ -71,7 +71,11 @@ _RECIPES = Path(__file__).resolve().parents[3] / "conf" / "recipe"
 
 
 def _recipe_epochs(job: Job) -> int:
-    """The epoch budget of the job's recipe (``conf/recipe/NAME.yaml``), else the default."""
+    """The epoch budget the job's config gave: recorded at run time (``results.json``
+    "budget"), else, for runs older than that record, its recipe file in this checkout
+    (``conf/recipe/NAME.yaml``), else the trainer default."""
+    if job.configured_max_epochs is not None:
+        return job.configured_max_epochs
     from omegaconf import OmegaConf
 
     name = next((v for k, v in job.choices.items() if k.startswith("recipe") and v), None)
