@@ -75,6 +75,7 @@ RECIPES = {
     "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
     "lexical": ("Adam", 1e-3, None, None, 128, False, 100, 3),
     "rlstm": ("Adam", 1e-3, None, None, 128, False, 30, 3),
+    "mlstm": ("Adam", 1e-3, None, None, 30, False, 30, 3),
 }
 
 
