@@ -76,6 +76,7 @@ RECIPES = {
     "lexical": ("Adam", 1e-3, None, None, 128, False, 100, 3),
     "rlstm": ("Adam", 1e-3, None, None, 128, False, 30, 3),
     "mlstm": ("Adam", 1e-3, None, None, 30, False, 30, 3),
+    "wbw_attention": ("Adam", 1e-3, None, None, 128, False, 30, 3),
 }
 
 

@@ -92,6 +92,7 @@ def test_paper_tables_cover_table2_with_parsed_counts():
     assert [r.row for r in TABLE2] == list(range(1, 20))
     assert parse_count("1.4M") == 1_400_000 and parse_count("498k") == 498_000
     implemented = {r.row: (r.model, r.dim) for r in TABLE2 if r.implemented}
+    assert implemented.pop(2) == ("wbw_attention", 100)
     assert implemented == {1: ("lstm", 128), 8: ("decatt", None), 9: ("decatt_intra", None),
                            13: ("din1", 256), 14: ("din2", 256), 15: ("din1", 324),
                            16: ("din2", 324), 17: ("din1", 400), 18: ("din1_static", 400),
@@ -122,7 +123,7 @@ def test_sweep_report_aggregates_seeds_and_shows_every_row(sweep):
     assert float(row1["delta_test"]) == pytest.approx(-0.8)
     assert row1["params_paper_convention"] == ""
     assert snli["13"]["status"] == "not run"
-    assert snli["2"]["status"] == "not implemented"
+    assert snli["11"]["status"] == "not implemented"
     assert snli["14"]["status"] == "1 stale (process gone), 1 failed"
     assert len(rows) == sum(len(t.rows) for t in report.tables)
 

@@ -1,0 +1,140 @@
+"""Word-by-word attention: parameter counts of Table 2, masking, gradients, a tiny overfit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import count_trainable_parameters
+from entailment_lab.models.wbw_attention import WordByWordAttention
+from entailment_lab.paper_tables import TABLE2
+from tests.conftest import fits_exactly, pad_with_noise, random_sentences
+
+VOCAB = 60
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def frozen_embedding(dim: int = 300) -> nn.Embedding:
+    torch.manual_seed(0)
+    embedding = nn.Embedding(VOCAB, dim, padding_idx=0)
+    embedding.weight.requires_grad_(False)
+    return embedding
+
+
+def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return pad_with_noise(sentences, VOCAB)
+
+
+def small(**kwargs: object) -> WordByWordAttention:
+    return WordByWordAttention(frozen_embedding(12), num_classes=3, hidden_size=8, **kwargs)
+
+
+# k = 100, 300-d vectors, 3 classes (docs/models/wbw_attention.md): projection 30,100, two LSTMs
+# 2·80,800, W^y W^h W^r W^t 40,000, w 100, W^p W^x 20,000, softmax layer 303.
+@pytest.mark.parametrize(("single_bias", "expected"), [(False, 252_103), (True, 251_303)])
+def test_parameter_count_matches_table_2(single_bias, expected):
+    model = WordByWordAttention(frozen_embedding(), num_classes=3, hidden_size=100,
+                                single_lstm_bias=single_bias)
+    delimiter = 300  # a word vector: in the true count, not in the paper's
+    assert count_trainable_parameters(model, exclude=model.embedding) == expected + delimiter
+    assert model.paper_parameter_count() == expected
+    row = next(r for r in TABLE2 if r.row == 2)
+    assert row.para == "250k" and round(expected, -4) == row.para_count  # DIN: 2 figures
+    if not single_bias:  # the paper's own Table 1 prints 252k
+        assert round(expected, -3) == 252_000
+    without = WordByWordAttention(frozen_embedding(), num_classes=3, hidden_size=100,
+                                  single_lstm_bias=single_bias, delimiter=False)
+    assert count_trainable_parameters(without, exclude=without.embedding) == expected
+    assert without.paper_parameter_count() is None
+
+
+@pytest.mark.parametrize("condition_on", ["cell", "state"])
+@pytest.mark.parametrize("delimiter", [True, False])
+def test_padding_does_not_change_logits(condition_on, delimiter):
+    torch.manual_seed(1)
+    model = small(condition_on=condition_on, delimiter=delimiter).eval()
+    premise, hypothesis = torch.randint(1, VOCAB, (5,)), torch.randint(1, VOCAB, (4,))
+    alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
+
+    others_p = random_sentences((14, 9), VOCAB)
+    others_h = random_sentences((7, 12), VOCAB)
+    batch = model(*pad_batch([premise, *others_p]), *pad_batch([hypothesis, *others_h]))
+    torch.testing.assert_close(batch["logits"][0:1], alone, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("condition_on", ["cell", "state"])
+def test_hypothesis_lstm_starts_from_the_premise_state(condition_on):
+    torch.manual_seed(4)
+    model = small(condition_on=condition_on).eval()
+    seen = {}
+    model.premise_lstm.register_forward_hook(lambda m, args, out: seen.update(premise=out[1]))
+    model.hypothesis_lstm.register_forward_pre_hook(lambda m, args: seen.update(start=args[1]))
+    p_ids, p_mask = pad_batch(random_sentences((6, 2, 4), VOCAB))
+    model(p_ids, p_mask, *pad_batch(random_sentences((3, 5, 1), VOCAB)))
+    (h_L, c_L), (h_0, c_0) = seen["premise"], seen["start"]
+    torch.testing.assert_close(c_0, c_L)  # c_L at each premise's own last word
+    torch.testing.assert_close(h_0, h_L if condition_on == "state" else torch.zeros_like(h_L))
+
+
+def test_attention_maps_normalise_over_the_real_premise():
+    torch.manual_seed(5)
+    model = small().eval()
+    p_ids, p_mask = pad_batch(random_sentences((6, 3), VOCAB))
+    h_ids, h_mask = pad_batch(random_sentences((2, 5), VOCAB))
+    out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
+    attention = out["attention"]
+    assert attention.shape == (2, 5, 6)  # (batch, len_h, len_p)
+    # Rows of real hypothesis words sum to 1 over the premise; padded words' rows are zero.
+    torch.testing.assert_close(attention.sum(2)[h_mask], torch.ones(2 + 5))
+    assert attention[~h_mask].abs().max() == 0
+    # Padded premise positions get no weight.
+    assert attention[1, :, 3:].abs().max() == 0
+    maps = model.heatmaps(out, ["p"] * 3, ["h"] * 5, index=1)
+    assert maps["attention"].values.shape == (5, 3)
+
+
+def test_gradients_reach_every_trainable_parameter():
+    torch.manual_seed(2)
+    model = small(condition_on="state")
+    p_ids, p_mask = pad_batch(random_sentences((7, 3, 5), VOCAB))
+    h_ids, h_mask = pad_batch(random_sentences((4, 6, 2), VOCAB))
+    logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
+    nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2])).backward()
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            assert parameter.grad is not None, name
+            assert parameter.grad.abs().sum() > 0, name
+    assert model.embedding.weight.grad is None  # frozen word vectors
+
+
+def test_single_lstm_bias_freezes_the_second_bias_at_zero():
+    model = small(single_lstm_bias=True)
+    for lstm in (model.premise_lstm, model.hypothesis_lstm):
+        assert not lstm.bias_hh_l0.requires_grad and lstm.bias_hh_l0.abs().max() == 0
+
+
+def test_overfits_24_random_pairs():
+    torch.manual_seed(3)
+    embedding = nn.Embedding(VOCAB, 16, padding_idx=0)
+    embedding.weight.requires_grad_(False)
+    model = WordByWordAttention(embedding, num_classes=3, hidden_size=16, dropout=0.0)
+    p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 9, (24,)), VOCAB))
+    h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 7, (24,)), VOCAB))
+    labels = torch.arange(24) % 3
+    assert fits_exactly(model, (p_ids, p_mask, h_ids, h_mask), labels, lr=1e-2)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"hidden_size": 0}, {"hidden_size": 2.5}, {"dropout": 1.0}, {"condition_on": "hidden"},
+     {"delimiter": "yes"}, {"single_lstm_bias": 1}],
+)
+def test_bad_config_raises_config_error(kwargs):
+    config = {"hidden_size": 8, **kwargs}
+    with pytest.raises(ConfigError, match="model.net."):
+        WordByWordAttention(frozen_embedding(12), num_classes=3, **config)
+    with pytest.raises(ConfigError, match="model.net."):
+        WordByWordAttention.check_config(config)
