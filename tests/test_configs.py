@@ -72,6 +72,7 @@ RECIPES = {
     "diin": ("Adadelta", 0.5, None, 1.0, 70, False, 30, 3),
     "dcnn": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
     "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
+    "dflstm": ("Adagrad", 0.005, 0.0, 5.0, 32, False, 30, 3),
     "lexical": ("Adam", 1e-3, None, None, 128, False, 100, 3),
 }
 
