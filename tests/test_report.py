@@ -21,6 +21,7 @@ from entailment_lab.report import (
     find_job_folders,
     jobs_from_wandb_runs,
     make_report,
+    match_row,
     reduced_budget,
 )
 from entailment_lab.report.collect import load_job, process_alive
@@ -97,6 +98,15 @@ def test_paper_tables_cover_table2_with_parsed_counts():
                            13: ("din1", 256), 14: ("din2", 256), 15: ("din1", 324),
                            16: ("din2", 324), 17: ("din1", 400), 18: ("din1_static", 400),
                            19: ("din2", 400)}
+
+
+def test_one_model_two_rows_counts_under_the_reimplementation(tmp_path):
+    """rLSTM is rows 10 (Sha et al.'s own figure) and 12 (the DIN paper's implementation): a
+    run that declares no row counts under row 12; one that declares row 10 stays there."""
+    write_job(tmp_path / "plain", model="rlstm", dim=300, overrides=["model=rlstm"])
+    write_job(tmp_path / "row10", model="rlstm", dim=300, experiment="table2/row10")
+    assert match_row(load_job(tmp_path / "plain"))[0].row == 12
+    assert match_row(load_job(tmp_path / "row10")) == (TABLE2[9], None)
 
 
 def test_finds_every_job_folder_including_empty_ones(sweep):
