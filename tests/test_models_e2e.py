@@ -23,6 +23,7 @@ SMALL = {  # shrink each model so one batch takes well under a second
     "din2": ["dim=16"],
     "din1_static": ["dim=16"],
     "lexical": ["model.net.num_buckets=4096"],
+    "lstmn": ["dim=16"],
 }
 PAIR_MODELS = [m for m in SMALL if (Path(__file__).parents[1] / f"conf/model/{m}.yaml").exists()]
 
