@@ -78,6 +78,7 @@ RECIPES = {
     "rlstm": ("Adam", 1e-3, None, None, 128, False, 30, 3),
     "mlstm": ("Adam", 1e-3, None, None, 30, False, 30, 3),
     "wbw_attention": ("Adam", 1e-3, None, None, 128, False, 30, 3),
+    "lstmn": ("Adam", 1e-3, None, 5.0, 32, False, 30, 3),
 }
 
 

@@ -27,6 +27,7 @@ SMALL = {  # shrink each model so one batch takes well under a second
     "rlstm": ["dim=16"],
     "mlstm": ["dim=16"],
     "wbw_attention": ["dim=16"],
+    "lstmn": ["dim=16"],
 }
 PAIR_MODELS = [m for m in SMALL if (Path(__file__).parents[1] / f"conf/model/{m}.yaml").exists()]
 
