@@ -74,6 +74,7 @@ RECIPES = {
     "dcnn": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
     "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
     "lexical": ("Adam", 1e-3, None, None, 128, False, 100, 3),
+    "hyperlstm": ("Adam", 1e-3, None, None, 128, False, 30, 3),
 }
 
 

@@ -23,6 +23,7 @@ SMALL = {  # shrink each model so one batch takes well under a second
     "din2": ["dim=16"],
     "din1_static": ["dim=16"],
     "lexical": ["model.net.num_buckets=4096"],
+    "hyperlstm": ["dim=8", "model.net.hyper_size=8", "model.net.embedding_size=4"],
 }
 PAIR_MODELS = [m for m in SMALL if (Path(__file__).parents[1] / f"conf/model/{m}.yaml").exists()]
 
