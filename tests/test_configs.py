@@ -79,6 +79,7 @@ RECIPES = {
     "mlstm": ("Adam", 1e-3, None, None, 30, False, 30, 3),
     "wbw_attention": ("Adam", 1e-3, None, None, 128, False, 30, 3),
     "lstmn": ("Adam", 1e-3, None, 5.0, 32, False, 30, 3),
+    "hyperlstm": ("Adam", 1e-3, None, None, 128, False, 30, 3),
 }
 
 

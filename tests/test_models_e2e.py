@@ -28,6 +28,7 @@ SMALL = {  # shrink each model so one batch takes well under a second
     "mlstm": ["dim=16"],
     "wbw_attention": ["dim=16"],
     "lstmn": ["dim=16"],
+    "hyperlstm": ["dim=8", "model.net.hyper_size=8", "model.net.embedding_size=4"],
 }
 PAIR_MODELS = [m for m in SMALL if (Path(__file__).parents[1] / f"conf/model/{m}.yaml").exists()]
 

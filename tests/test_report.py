@@ -95,7 +95,7 @@ def test_paper_tables_cover_table2_with_parsed_counts():
     implemented = {r.row: (r.model, r.dim) for r in TABLE2 if r.implemented}
     assert implemented.pop(2) == ("wbw_attention", 100)
     assert implemented == {1: ("lstm", 128), 8: ("decatt", None), 9: ("decatt_intra", None),
-                           6: ("lstmn", 300), 7: ("lstmn", 450),
+                           6: ("lstmn", 300), 7: ("lstmn", 450), 11: ("hyperlstm", 128),
                            13: ("din1", 256), 14: ("din2", 256), 15: ("din1", 324),
                            16: ("din2", 324), 17: ("din1", 400), 18: ("din1_static", 400),
                            19: ("din2", 400)}
@@ -159,7 +159,7 @@ def test_sick_runs_get_their_own_table_without_snli_numbers(sweep):
     assert "## SICK" in report.markdown and "88.0" not in report.markdown.split("## SICK")[1]
     assert {r.paper.model for r in report.tables[0].rows} <= {
         "lstm", "decatt", "decatt_intra", "din1", "din2", "din1_static", "diin",
-        "lstmn"}
+        "lstmn", "hyperlstm"}
 
 
 def test_partial_sweep_counts_running_and_failed_jobs(tmp_path):

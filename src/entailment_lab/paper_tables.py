@@ -72,7 +72,7 @@ TABLE2: tuple[PaperRow, ...] = (
     _t2(9, "– with intra-sentence attention", "582k", 90.5, 86.8, "decatt_intra"),
     _t2(10, "300D rLSTM (Sha et al.; the authors' figure)", "2.0M", 90.7, 87.5, "rlstm", 300,
         authors_figure=True),
-    _t2(11, "128D HyperLSTM (paper's implementation)", "3.4M", 88.1, 83.2),
+    _t2(11, "128D HyperLSTM (paper's implementation)", "3.4M", 88.1, 83.2, "hyperlstm", 128),
     _t2(12, "300D rLSTM (paper's implementation)", "2.0M", 88.9, 86.6, "rlstm", 300),
     _t2(13, "16×16D DIN-1", "498k", 89.5, 86.7, "din1", 256),
     _t2(14, "16×16D DIN-2", "889k", 88.9, 86.0, "din2", 256),
