@@ -74,6 +74,7 @@ RECIPES = {
     "dcnn": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
     "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
     "dflstm": ("Adagrad", 0.005, 0.0, 5.0, 32, False, 30, 3),
+    "tclstm": ("Adagrad", 0.005, 0.0, 5.0, 32, False, 30, 3),
     "lexical": ("Adam", 1e-3, None, None, 128, False, 100, 3),
     "rlstm": ("Adam", 1e-3, None, None, 128, False, 30, 3),
     "mlstm": ("Adam", 1e-3, None, None, 30, False, 30, 3),

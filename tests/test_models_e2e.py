@@ -18,6 +18,7 @@ SMALL = {  # shrink each model so one batch takes well under a second
     "decatt_intra": ["model.net.hidden_size=16"],
     "dcnn": ["model.net.mlp_hidden_size=16"],
     "dflstm": ["dim=16", "model.net.memory_size=3"],
+    "tclstm": ["dim=8", "model.net.num_layers=2", "model.net.mlp_size=8"],
     "diin": ["data.max_length=8", "model.net.dense_layers=2", "model.net.growth_rate=4",
              "model.net.char_filters=8", "model.net.dense_blocks=2"],
     "din1": ["dim=16"],

@@ -64,7 +64,7 @@ TABLE2: tuple[PaperRow, ...] = (
     _t2(2, "100D word-by-word attention (Rocktäschel et al.)", "250k", 85.3, 83.5,
         "wbw_attention", 100),
     _t2(3, "600D DF-LSTM", "2.8M", 85.9, 85.0, "dflstm", 600),
-    _t2(4, "50D stacked TC-LSTMs", "190k", 86.7, 85.1),
+    _t2(4, "50D stacked TC-LSTMs", "190k", 86.7, 85.1, "tclstm", 50),
     _t2(5, "300D mLSTM (Wang & Jiang)", "1.9M", 92.0, 86.1, "mlstm", 300),
     _t2(6, "300D LSTMN with deep attention fusion", "1.7M", 87.3, 85.7, "lstmn", 300),
     _t2(7, "450D LSTMN with deep attention fusion", "3.4M", 88.5, 86.3, "lstmn", 450),
