@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from entailment_lab.errors import UserError
-from entailment_lab.paper_tables import TABLE2, parse_count
+from entailment_lab.paper_tables import PAIR_ROWS, TABLE2, parse_count
 from entailment_lab.report import (
     check_wandb_reachable,
     find_job_folders,
@@ -93,12 +93,13 @@ def test_paper_tables_cover_table2_with_parsed_counts():
     assert [r.row for r in TABLE2] == list(range(1, 20))
     assert parse_count("1.4M") == 1_400_000 and parse_count("498k") == 498_000
     implemented = {r.row: (r.model, r.dim) for r in TABLE2 if r.implemented}
-    assert implemented.pop(2) == ("wbw_attention", 100)
-    assert implemented == {1: ("lstm", 128), 8: ("decatt", None), 9: ("decatt_intra", None),
-                           6: ("lstmn", 300), 7: ("lstmn", 450), 11: ("hyperlstm", 128),
-                           13: ("din1", 256), 14: ("din2", 256), 15: ("din1", 324),
-                           16: ("din2", 324), 17: ("din1", 400), 18: ("din1_static", 400),
-                           19: ("din2", 400)}
+    assert implemented == {
+        1: ("lstm", 128), 2: ("wbw_attention", 100), 3: ("dflstm", 600), 4: ("tclstm", 50),
+        5: ("mlstm", 300), 6: ("lstmn", 300), 7: ("lstmn", 450), 8: ("decatt", None),
+        9: ("decatt_intra", None), 10: ("rlstm", 300), 11: ("hyperlstm", 128),
+        12: ("rlstm", 300), 13: ("din1", 256), 14: ("din2", 256), 15: ("din1", 324),
+        16: ("din2", 324), 17: ("din1", 400), 18: ("din1_static", 400), 19: ("din2", 400)}
+    assert [r.row for r in TABLE2 if r.authors_figure] == [10]
 
 
 def test_one_model_two_rows_counts_under_the_reimplementation(tmp_path):
@@ -134,7 +135,8 @@ def test_sweep_report_aggregates_seeds_and_shows_every_row(sweep):
     assert float(row1["delta_test"]) == pytest.approx(-0.8)
     assert row1["params_paper_convention"] == ""
     assert snli["13"]["status"] == "not run"
-    assert snli["11"]["status"] == "not implemented"
+    assert snli["11"]["status"] == "not run"  # every Table 2 row has a model now
+    assert not any(r["status"] == "not implemented" for r in rows)
     assert snli["14"]["status"] == "1 stale (process gone), 1 failed"
     assert len(rows) == sum(len(t.rows) for t in report.tables)
 
@@ -157,9 +159,8 @@ def test_sick_runs_get_their_own_table_without_snli_numbers(sweep):
     assert row17.test.mean == pytest.approx(84.0)
     assert row17.delta is None and not row17.comparable  # SNLI's 88.0 is not SICK's
     assert "## SICK" in report.markdown and "88.0" not in report.markdown.split("## SICK")[1]
-    assert {r.paper.model for r in report.tables[0].rows} <= {
-        "lstm", "decatt", "decatt_intra", "din1", "din2", "din1_static", "diin",
-        "lstmn", "hyperlstm"}
+    models = {r.paper.model for r in report.tables[0].rows}
+    assert models <= {r.model for r in PAIR_ROWS} and "dcnn_sentence" not in models
 
 
 def test_partial_sweep_counts_running_and_failed_jobs(tmp_path):
