@@ -10,7 +10,8 @@ What a subclass defines
     layer (padding id 0, built by the pipeline from ``embeddings=``), ``num_classes`` comes from
     the data; every other argument is a key of the config's ``net`` node. A constructor starts
     with ``self.validate_config(...)`` on its config arguments; checks that need the embedding
-    or the vocabulary follow it. Every check raises ``ConfigError`` naming the knob.
+    or the vocabulary follow it. Every check raises ``ConfigError`` naming the knob (the
+    ``check_*`` helpers of ``models/common.py`` word the usual ones).
 
     ``forward(...)`` returns ``{"logits": (batch, num_classes)}``; with
     ``return_details=True`` also the intermediate tensors that ``heatmaps`` draws. Its inputs

@@ -1,5 +1,5 @@
-"""Building blocks shared by the model files: masked reductions, packing and scattering of the
-real positions, parameter counts and the pair-feature classifier.
+"""Building blocks shared by the model files: config checks, masked reductions, packing and
+scattering of the real positions, parameter counts and the pair-feature classifier.
 
 Conventions used by every model in this package (the contract: ``models/base.py``):
 masks are ``torch.bool`` with ``True`` on real tokens, padding id is 0, and every sentence in a
@@ -8,8 +8,60 @@ batch has at least one real token (the DataModule guarantees it).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import NoReturn
+
 import torch
 from torch import nn
+
+from entailment_lab.errors import ConfigError
+
+# --- Config checks for ``validate_config`` -------------------------------------------------------
+# Each raises ``ConfigError("model.net.KNOB must be ..., got VALUE[; HINT]")``. ``knob`` is the
+# name under ``model.net`` and may carry a gloss, e.g. ``"hidden_size (dim, the LSTM size)"``;
+# ``hint`` is a fix to suggest, e.g. ``"e.g. dim=300"``.
+
+
+def _reject(knob: str, requirement: str, value: object, hint: str = "") -> NoReturn:
+    raise ConfigError(f"model.net.{knob} must be {requirement}, got {value!r}"
+                      + (f"; {hint}" if hint else ""))
+
+
+def check_positive_int(knob: str, value: object, hint: str = "") -> None:
+    """``value`` is an ``int`` >= 1 (a size, a count of layers); ``True`` is not one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _reject(knob, "a positive integer", value, hint)
+
+
+def check_nonnegative_int(knob: str, value: object, hint: str = "") -> None:
+    """``value`` is an ``int`` >= 0 (a count that may be zero); ``False`` is not one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        _reject(knob, "an integer >= 0", value, hint)
+
+
+def check_probability(knob: str, value: object) -> None:
+    """``value`` is a number in [0, 1): a dropout rate."""
+    if not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+        _reject(knob, "in [0, 1)", value)
+
+
+def check_flags(**knobs: object) -> None:
+    """Every value is a ``bool`` (a YAML true / false), checked in the order given."""
+    for knob, value in knobs.items():
+        if not isinstance(value, bool):
+            _reject(knob, "true or false", value)
+
+
+def check_choice(knob: str, value: object, choices: Collection[object]) -> None:
+    """``value`` is one of ``choices``."""
+    if value not in choices:
+        _reject(knob, f"one of {tuple(choices)}", value)
+
+
+def check_num_classes(num_classes: int) -> None:
+    """A classifier needs two classes at least (``num_classes`` comes from the data)."""
+    if num_classes < 2:
+        raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
 
 
 def masked_fill_value(dtype: torch.dtype) -> float:

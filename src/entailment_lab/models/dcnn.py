@@ -20,7 +20,12 @@ from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
-from entailment_lab.models.common import PairFeatureClassifier, masked_fill_value
+from entailment_lab.models.common import (
+    PairFeatureClassifier,
+    check_num_classes,
+    check_probability,
+    masked_fill_value,
+)
 
 # Matlab-release L2 coefficients: (embedding, conv layer 1, ..., conv layer L, output layer).
 MATLAB_L2 = (1e-4, 3e-5, 3e-6, 1e-4)
@@ -198,18 +203,12 @@ def validate_dcnn_config(filter_widths: Sequence[int], feature_maps: Sequence[in
         )
     if k_top < 1:
         raise ConfigError(f"model.net.k_top must be >= 1, got {k_top}.")
-    if not 0.0 <= dropout < 1.0:
-        raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
+    check_probability("dropout", dropout)
     if len(l2) != len(widths) + 2 or min(l2) < 0:
         raise ConfigError(
             f"model.net.l2 needs {len(widths) + 2} non-negative coefficients (embedding, "
             f"{len(widths)} conv layers, output), got {list(l2)}."
         )
-
-
-def _check_classes(num_classes: int) -> None:
-    if num_classes < 2:
-        raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
 
 
 def _l2_penalty(
@@ -255,7 +254,7 @@ class DCNNClassifier(Network):
         super().__init__()
         self.validate_config(filter_widths=filter_widths, feature_maps=feature_maps, k_top=k_top,
                              folding=folding, dropout=dropout, l2=l2)
-        _check_classes(num_classes)
+        check_num_classes(num_classes)
         self.embedding = embedding
         self.encoder = DCNNEncoder(
             embedding.embedding_dim, filter_widths, feature_maps, k_top, folding
@@ -311,7 +310,7 @@ class DCNNPairClassifier(Network):
         self.validate_config(filter_widths=filter_widths, feature_maps=feature_maps, k_top=k_top,
                              folding=folding, dropout=dropout, l2=l2,
                              mlp_hidden_size=mlp_hidden_size, mlp_layers=mlp_layers)
-        _check_classes(num_classes)
+        check_num_classes(num_classes)
         self.embedding = embedding
         self.encoder = DCNNEncoder(
             embedding.embedding_dim, filter_widths, feature_maps, k_top, folding

@@ -18,7 +18,14 @@ from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
-from entailment_lab.models.common import count_trainable_parameters, masked_softmax
+from entailment_lab.models.common import (
+    check_choice,
+    check_num_classes,
+    check_positive_int,
+    check_probability,
+    count_trainable_parameters,
+    masked_softmax,
+)
 
 
 class FeedForward(nn.Module):
@@ -90,8 +97,7 @@ class DecomposableAttention(Network):
         super().__init__()
         self.validate_config(hidden_size=hidden_size, dropout=dropout, max_distance=max_distance,
                              init_std=init_std, null_init=null_init)
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        check_num_classes(num_classes)
 
         self.embedding = embedding
         self.intra_attention = intra_attention
@@ -124,16 +130,13 @@ class DecomposableAttention(Network):
     @classmethod
     def validate_config(cls, *, hidden_size: int, dropout: float, max_distance: int,
                         init_std: float, null_init: str, **_: Any) -> None:
-        if hidden_size < 1:
-            raise ConfigError(f"model.net.hidden_size must be >= 1, got {hidden_size}.")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
+        check_positive_int("hidden_size", hidden_size)
+        check_probability("dropout", dropout)
         if max_distance < 0:
             raise ConfigError(f"model.net.max_distance must be >= 0, got {max_distance}.")
         if init_std <= 0.0:
             raise ConfigError(f"model.net.init_std must be > 0, got {init_std}.")
-        if null_init not in ("unit", "normal"):
-            raise ConfigError(f"model.net.null_init must be 'unit' or 'normal', got {null_init!r}.")
+        check_choice("null_init", null_init, ("unit", "normal"))
 
     def paper_parameter_count(self) -> int:
         """Trainable parameters except word vectors, counting a trainable NULL as a word vector."""

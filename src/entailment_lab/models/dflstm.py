@@ -23,7 +23,12 @@ from torch.nn import functional as F
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
-from entailment_lab.models.common import masked_softmax
+from entailment_lab.models.common import (
+    check_num_classes,
+    check_positive_int,
+    check_probability,
+    masked_softmax,
+)
 
 
 class FusionLSTMCell(nn.Module):
@@ -121,8 +126,7 @@ class DeepFusionLSTM(Network):
         super().__init__()
         self.validate_config(dim=dim, memory_size=memory_size, num_layers=num_layers,
                              dropout=dropout, init_range=init_range)
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        check_num_classes(num_classes)
         self.embedding = embedding
         self.hidden_size = dim // 2  # d, units per LSTM
         self.memory_size = memory_size  # K (Eq. 9-11)
@@ -142,13 +146,9 @@ class DeepFusionLSTM(Network):
             raise ConfigError(
                 f"model.net.dim / dim={dim!r} must be an even integer >= 2: the matching vector "
                 "h^(x) ⊕ h^(y) (Eq. 6) is split between the two LSTMs (e.g. dim=600 = 300 + 300)")
-        if not isinstance(memory_size, int) or memory_size < 1:
-            raise ConfigError(f"model.net.memory_size (K, Eq. 9) must be an integer >= 1, got "
-                              f"{memory_size!r}")
-        if not isinstance(num_layers, int) or num_layers < 1:
-            raise ConfigError(f"model.net.num_layers must be an integer >= 1, got {num_layers!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}")
+        check_positive_int("memory_size (K, Eq. 9)", memory_size)
+        check_positive_int("num_layers", num_layers)
+        check_probability("dropout", dropout)
         if init_range <= 0.0:
             raise ConfigError(f"model.net.init_range must be > 0, got {init_range}")
 

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import (
+    check_choice,
     count_trainable_parameters,
     longest_first,
     masked_mean,
@@ -46,11 +47,6 @@ def _uniform_(tensor: torch.Tensor, fan_in: int) -> None:
     """PyTorch's default layer initialisation: uniform(±1/√fan_in)."""
     bound = 1.0 / math.sqrt(fan_in)
     nn.init.uniform_(tensor, -bound, bound)
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"model.net.{name}={value!r} is not one of {', '.join(choices)}")
 
 
 def minmax_normalise(
@@ -353,7 +349,7 @@ class DIN(Network):
             )
         for name, value in knobs.items():
             if name in CHOICES:
-                _check_choice(name, value, CHOICES[name])
+                check_choice(name, value, CHOICES[name])
 
     def __init__(
         self,

@@ -24,7 +24,15 @@ from torch.nn import functional as F
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
-from entailment_lab.models.common import PairFeatureClassifier, longest_first
+from entailment_lab.models.common import (
+    PairFeatureClassifier,
+    check_choice,
+    check_flags,
+    check_nonnegative_int,
+    check_positive_int,
+    check_probability,
+    longest_first,
+)
 
 Z_SOURCES = ("current", "previous")  # which hyper output generates z at step t: ĥ_t or ĥ_{t-1}
 LN_EPS = 1e-3  # layer-norm epsilon of the authors' TensorFlow cell (hardmaru/supercell)
@@ -219,21 +227,14 @@ class HyperLSTMEncoderClassifier(Network):
                         layer_norm: bool, share_encoder: bool, z_from: str, scale_init: float,
                         forget_bias: float, recurrent_dropout: float, mlp_size: int,
                         mlp_layers: int, dropout: float, **_: Any) -> None:
-        if not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ConfigError(f"dim (model.net.hidden_size, the main LSTM's size) must be a "
-                              f"positive integer, got {hidden_size!r}; e.g. dim=128")
+        check_positive_int("hidden_size (dim, the main LSTM's size)", hidden_size,
+                           "e.g. dim=128")
         for name, value in (("hyper_size", hyper_size), ("embedding_size", embedding_size),
                             ("mlp_size", mlp_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"model.net.{name} must be a positive integer, got {value!r}")
-        if not isinstance(mlp_layers, int) or mlp_layers < 0:
-            raise ConfigError(f"model.net.mlp_layers must be an integer >= 0, got {mlp_layers!r}")
-        for name, flag in (("layer_norm", layer_norm), ("share_encoder", share_encoder)):
-            if not isinstance(flag, bool):
-                raise ConfigError(f"model.net.{name} must be true or false, got {flag!r}")
-        if z_from not in Z_SOURCES:
-            raise ConfigError(f"model.net.z_from={z_from!r} is not one of "
-                              f"{', '.join(Z_SOURCES)}")
+            check_positive_int(name, value)
+        check_nonnegative_int("mlp_layers", mlp_layers)
+        check_flags(layer_norm=layer_norm, share_encoder=share_encoder)
+        check_choice("z_from", z_from, Z_SOURCES)
         if not (isinstance(scale_init, int | float) and math.isfinite(scale_init)
                 and scale_init > 0):
             raise ConfigError(f"model.net.scale_init must be a finite number > 0, got "
@@ -241,9 +242,8 @@ class HyperLSTMEncoderClassifier(Network):
         if not (isinstance(forget_bias, int | float) and math.isfinite(forget_bias)):
             raise ConfigError(f"model.net.forget_bias must be a finite number, got "
                               f"{forget_bias!r}")
-        for name, p in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
-            if not 0.0 <= p < 1.0:
-                raise ConfigError(f"model.net.{name} must be in [0, 1), got {p}")
+        check_probability("dropout", dropout)
+        check_probability("recurrent_dropout", recurrent_dropout)
 
     def forward(
         self,

@@ -20,6 +20,7 @@ from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
+from entailment_lab.models.common import check_choice, check_num_classes
 
 DENSE_FEATURE_NAMES = ("bleu", "length_difference", "overlap_count", "overlap_fraction")
 
@@ -188,9 +189,7 @@ class LexicalClassifier(Network):
             raise ConfigError(f"model.net.num_buckets must be an integer in [1, 2**31 - 1], got "
                               f"{num_buckets!r}; e.g. 1048576 (2**20)")
         pairs = net_config.get("cross_bigram_pairs", "all")
-        if pairs not in CROSS_BIGRAM_PAIRS:
-            raise ConfigError(f"model.net.cross_bigram_pairs must be one of {CROSS_BIGRAM_PAIRS}, "
-                              f"got {pairs!r}")
+        check_choice("cross_bigram_pairs", pairs, CROSS_BIGRAM_PAIRS)
         for name, low in (("bleu_max_n", 1), ("max_length_difference", 0),
                           ("max_overlap_count", 0), ("overlap_fraction_bins", 1)):
             value = net_config.get(name, low)
@@ -237,8 +236,7 @@ class LexicalClassifier(Network):
             cross_unigrams=cross_unigrams, cross_bigrams=cross_bigrams,
             cross_bigram_pairs=cross_bigram_pairs, premise_unigrams=premise_unigrams, l2=l2,
         )
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        check_num_classes(num_classes)
         self.l2 = l2
         del embedding  # not used, and not stored: no word vectors in the checkpoint/optimiser
         self.num_buckets = num_buckets

@@ -15,7 +15,12 @@ from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
-from entailment_lab.models.common import PairFeatureClassifier, pack
+from entailment_lab.models.common import (
+    PairFeatureClassifier,
+    check_positive_int,
+    check_probability,
+    pack,
+)
 
 
 class LSTMEncoder(nn.Module):
@@ -56,14 +61,12 @@ class LSTMEncoderClassifier(Network):
     @classmethod
     def validate_config(cls, *, hidden_size: int, mlp_size: int, mlp_layers: int,
                         dropout: float, **_: Any) -> None:
-        if not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ConfigError(f"dim (the LSTM hidden size) must be a positive integer, got "
-                              f"{hidden_size!r}; e.g. dim=128")
+        check_positive_int("hidden_size (dim in the config, the LSTM hidden size)", hidden_size,
+                           "e.g. dim=128")
         if mlp_size < 1 or mlp_layers < 0:
             raise ConfigError(f"model.net.mlp_size must be >= 1 and mlp_layers >= 0, got "
                               f"{mlp_size}, {mlp_layers}")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}")
+        check_probability("dropout", dropout)
 
     def forward(
         self,

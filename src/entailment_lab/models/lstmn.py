@@ -21,9 +21,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
-from entailment_lab.models.common import last_true_index, masked_mean, masked_softmax
+from entailment_lab.models.common import (
+    check_flags,
+    check_num_classes,
+    check_positive_int,
+    check_probability,
+    last_true_index,
+    masked_mean,
+    masked_softmax,
+)
 
 Tape = tuple[torch.Tensor, torch.Tensor]  # (hidden, memory) slots: (batch, slots, h) each
 
@@ -106,8 +113,7 @@ class LSTMNDeepFusion(Network):
         super().__init__()
         self.validate_config(hidden_size=hidden_size, dropout=dropout,
                              shared_reader=shared_reader, initial_slot=initial_slot)
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        check_num_classes(num_classes)
         self.embedding = embedding
         self.hidden_size = h = hidden_size
         self.initial_slot = initial_slot
@@ -128,14 +134,9 @@ class LSTMNDeepFusion(Network):
     @classmethod
     def validate_config(cls, *, hidden_size: int, dropout: float, shared_reader: bool,
                         initial_slot: bool, **_: Any) -> None:
-        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ConfigError(f"model.net.hidden_size (dim, the LSTMN's h) must be a positive "
-                              f"integer, got {hidden_size!r}; e.g. dim=300")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
-        for name, value in (("shared_reader", shared_reader), ("initial_slot", initial_slot)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"model.net.{name} must be true or false, got {value!r}.")
+        check_positive_int("hidden_size (dim, the LSTMN's h)", hidden_size, "e.g. dim=300")
+        check_probability("dropout", dropout)
+        check_flags(shared_reader=shared_reader, initial_slot=initial_slot)
 
     def read(
         self,

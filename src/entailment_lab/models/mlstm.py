@@ -19,9 +19,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
-from entailment_lab.models.common import longest_first, masked_softmax, run_packed
+from entailment_lab.models.common import (
+    check_flags,
+    check_num_classes,
+    check_positive_int,
+    check_probability,
+    longest_first,
+    masked_softmax,
+    run_packed,
+)
 
 
 class MatchLSTMLayer(nn.Module):
@@ -98,8 +105,7 @@ class MatchLSTM(Network):
         self.validate_config(hidden_size=hidden_size, dropout=dropout,
                              share_encoder=share_encoder, null_premise=null_premise,
                              attention_bias=attention_bias)
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        check_num_classes(num_classes)
         self.embedding = embedding
         self.null_premise = null_premise
         d = hidden_size
@@ -113,15 +119,11 @@ class MatchLSTM(Network):
     @classmethod
     def validate_config(cls, *, hidden_size: int, dropout: float, share_encoder: bool,
                         null_premise: bool, attention_bias: bool, **_: Any) -> None:
-        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ConfigError(f"model.net.hidden_size (dim, the size d of every LSTM state) must "
-                              f"be a positive integer, got {hidden_size!r}; e.g. dim=300")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
-        for name, value in (("share_encoder", share_encoder), ("null_premise", null_premise),
-                            ("attention_bias", attention_bias)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"model.net.{name} must be true or false, got {value!r}.")
+        check_positive_int("hidden_size (dim, the size d of every LSTM state)", hidden_size,
+                           "e.g. dim=300")
+        check_probability("dropout", dropout)
+        check_flags(share_encoder=share_encoder, null_premise=null_premise,
+                    attention_bias=attention_bias)
 
     def forward(
         self,

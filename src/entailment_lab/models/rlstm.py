@@ -20,7 +20,17 @@ from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
-from entailment_lab.models.common import last_true_index, masked_mean, masked_softmax, run_packed
+from entailment_lab.models.common import (
+    check_choice,
+    check_nonnegative_int,
+    check_num_classes,
+    check_positive_int,
+    check_probability,
+    last_true_index,
+    masked_mean,
+    masked_softmax,
+    run_packed,
+)
 
 
 class ReReadCell(nn.Module):
@@ -104,8 +114,7 @@ class ReReadLSTM(Network):
         self.validate_config(hidden_size=hidden_size, premise_bidirectional=premise_bidirectional,
                              memory_in_gates=memory_in_gates, memory_in_output=memory_in_output,
                              pooling=pooling, mlp_layers=mlp_layers, dropout=dropout)
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        check_num_classes(num_classes)
         k, d = hidden_size, embedding.embedding_dim
         self.embedding, self.pooling = embedding, pooling
         self.dropout = nn.Dropout(dropout)
@@ -123,9 +132,7 @@ class ReReadLSTM(Network):
     def validate_config(cls, *, hidden_size: int, premise_bidirectional: bool,
                         memory_in_gates: bool, memory_in_output: bool, pooling: str,
                         mlp_layers: int, dropout: float, **_: Any) -> None:
-        if not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ConfigError(f"model.net.hidden_size (dim, the rLSTM size k) must be a positive "
-                              f"integer, got {hidden_size!r}; e.g. dim=300")
+        check_positive_int("hidden_size (dim, the rLSTM size k)", hidden_size, "e.g. dim=300")
         if premise_bidirectional and hidden_size % 2:
             raise ConfigError(f"model.net.hidden_size (dim) must be even with "
                               f"model.net.premise_bidirectional=true (k/2 per direction), got "
@@ -133,12 +140,9 @@ class ReReadLSTM(Network):
         if not (memory_in_gates or memory_in_output):
             raise ConfigError("model.net.memory_in_gates and model.net.memory_in_output are both "
                               "false: the premise would never reach the classifier")
-        if pooling not in ("mean", "last"):
-            raise ConfigError(f"model.net.pooling must be 'mean' or 'last', got {pooling!r}")
-        if not isinstance(mlp_layers, int) or mlp_layers < 0:
-            raise ConfigError(f"model.net.mlp_layers must be an integer >= 0, got {mlp_layers!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}")
+        check_choice("pooling", pooling, ("mean", "last"))
+        check_nonnegative_int("mlp_layers", mlp_layers)
+        check_probability("dropout", dropout)
 
     def forward(
         self,

@@ -24,7 +24,14 @@ from torch.nn import functional as F
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
-from entailment_lab.models.common import masked_fill_value
+from entailment_lab.models.common import (
+    check_flags,
+    check_nonnegative_int,
+    check_num_classes,
+    check_positive_int,
+    check_probability,
+    masked_fill_value,
+)
 
 #: The four directions of a block (§4, "four directional coupled-LSTMs"): which sentence is read
 #: backwards. Direction 1 starts at (1, 1) and reads (i−1, j), (i, j−1); direction 2 reads
@@ -148,8 +155,7 @@ class TightlyCoupledLSTM(Network):
                              share_directions=share_directions, pool_rows=pool_rows,
                              pool_cols=pool_cols, mlp_size=mlp_size, dropout=dropout,
                              init_range=init_range)
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        check_num_classes(num_classes)
         self.embedding = embedding
         self.hidden_size = dim
         self.directions = DIRECTIONS[:directions]
@@ -173,19 +179,15 @@ class TightlyCoupledLSTM(Network):
     def validate_config(cls, *, dim: int, num_layers: int, directions: int,
                         share_directions: bool, pool_rows: int, pool_cols: int, mlp_size: int,
                         dropout: float, init_range: float, **_: Any) -> None:
-        for knob, value, low in (("dim", dim, 1), ("num_layers", num_layers, 1),
-                                 ("pool_rows", pool_rows, 1), ("pool_cols", pool_cols, 1),
-                                 ("mlp_size", mlp_size, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"model.net.{knob} must be an integer >= {low}, got {value!r}")
+        for knob, value in (("dim", dim), ("num_layers", num_layers), ("pool_rows", pool_rows),
+                            ("pool_cols", pool_cols)):
+            check_positive_int(knob, value)
+        check_nonnegative_int("mlp_size", mlp_size)
         if isinstance(directions, bool) or directions not in (1, 4):
             raise ConfigError(f"model.net.directions must be 4 (the paper's four directional "
                               f"C-LSTMs) or 1 (single direction), got {directions!r}")
-        if not isinstance(share_directions, bool):
-            raise ConfigError(f"model.net.share_directions must be true or false, got "
-                              f"{share_directions!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}")
+        check_flags(share_directions=share_directions)
+        check_probability("dropout", dropout)
         if init_range <= 0.0:
             raise ConfigError(f"model.net.init_range must be > 0, got {init_range}")
 

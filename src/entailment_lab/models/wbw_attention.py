@@ -18,9 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import (
+    check_choice,
+    check_flags,
+    check_num_classes,
+    check_positive_int,
+    check_probability,
     count_trainable_parameters,
     last_true_index,
     masked_softmax,
@@ -46,8 +50,7 @@ class WordByWordAttention(Network):
         super().__init__()
         self.validate_config(hidden_size=hidden_size, dropout=dropout, delimiter=delimiter,
                              condition_on=condition_on, single_lstm_bias=single_lstm_bias)
-        if num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {num_classes}.")
+        check_num_classes(num_classes)
         self.embedding = embedding
         self.condition_on = condition_on
         d_emb, k = embedding.embedding_dim, hidden_size
@@ -82,17 +85,11 @@ class WordByWordAttention(Network):
     @classmethod
     def validate_config(cls, *, hidden_size: int, dropout: float, delimiter: bool,
                         condition_on: str, single_lstm_bias: bool, **_: Any) -> None:
-        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ConfigError(f"model.net.hidden_size (k, set by dim=) must be a positive "
-                              f"integer, got {hidden_size!r}; the paper's k is 100 (dim=100).")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.net.dropout must be in [0, 1), got {dropout}.")
-        if condition_on not in CONDITIONS:
-            raise ConfigError(f"model.net.condition_on must be one of {CONDITIONS}, got "
-                              f"{condition_on!r}.")
-        for name, value in (("delimiter", delimiter), ("single_lstm_bias", single_lstm_bias)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"model.net.{name} must be true or false, got {value!r}.")
+        check_positive_int("hidden_size (k, set by dim=)", hidden_size,
+                           "the paper's k is 100 (dim=100)")
+        check_probability("dropout", dropout)
+        check_choice("condition_on", condition_on, CONDITIONS)
+        check_flags(delimiter=delimiter, single_lstm_bias=single_lstm_bias)
 
     def paper_parameter_count(self) -> int | None:
         """Trainable parameters except word vectors, the delimiter being one (the paper's |θ|_M
