@@ -1,9 +1,11 @@
-"""Shared fixtures: a small pair corpus written by the project, and Hydra composition."""
+"""Shared fixtures: a small pair corpus written by the project, Hydra composition, and the
+checks every model test repeats (frozen word vectors, padded batches, padding invariance,
+gradient flow, over-fitting)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
+from torch import nn
 
 from entailment_lab.cli import CONFIG_DIR, register_resolvers
 from entailment_lab.data.demo import write_demo_corpus
@@ -87,6 +90,53 @@ def pad_with_noise(sentences: list[torch.Tensor], vocab_size: int
         ids[row, : len(sentence)] = sentence
         mask[row, : len(sentence)] = True
     return ids, mask
+
+
+def frozen_embedding(vocab_size: int, dim: int, seed: int = 0) -> nn.Embedding:
+    """Word vectors drawn after ``torch.manual_seed(seed)``, padding id 0, frozen (as the
+    pipeline's fixed GloVe vectors): the embedding of the model tests."""
+    torch.manual_seed(seed)
+    embedding = nn.Embedding(vocab_size, dim, padding_idx=0)
+    embedding.weight.requires_grad_(False)
+    return embedding
+
+
+def assert_padding_invariant(model: nn.Module, vocab_size: int, *,
+                             premise_mates: Sequence[int] = (14, 9),
+                             hypothesis_mates: Sequence[int] = (7, 12), position: int = 0,
+                             **forward_kwargs: object) -> tuple[dict, dict]:
+    """A random pair (5-word premise, 4-word hypothesis) gets the same logits alone as at row
+    ``position`` of a batch whose other rows have the ``*_mates`` lengths (a longer one on each
+    side, so the pair is padded, with noise ids under its mask). ``model`` is put in eval mode;
+    ``forward_kwargs`` (e.g. ``return_details=True``) go to both calls, whose outputs are
+    returned, (alone, batch), for checks beyond the logits."""
+    model.eval()
+    premise, hypothesis = torch.randint(1, vocab_size, (5,)), torch.randint(1, vocab_size, (4,))
+    alone = model(*pad_with_noise([premise], vocab_size),
+                  *pad_with_noise([hypothesis], vocab_size), **forward_kwargs)
+    premises = random_sentences(premise_mates, vocab_size)
+    hypotheses = random_sentences(hypothesis_mates, vocab_size)
+    premises.insert(position, premise)
+    hypotheses.insert(position, hypothesis)
+    assert max(premise_mates) > len(premise) and max(hypothesis_mates) > len(hypothesis)
+    batch = model(*pad_with_noise(premises, vocab_size), *pad_with_noise(hypotheses, vocab_size),
+                  **forward_kwargs)
+    torch.testing.assert_close(batch["logits"][position : position + 1], alone["logits"],
+                               rtol=1e-5, atol=1e-6)
+    return alone, batch
+
+
+def assert_gradients_reach_every_parameter(model: nn.Module, inputs: tuple[torch.Tensor, ...],
+                                           labels: torch.Tensor) -> None:
+    """One cross-entropy backward pass on ``inputs``: every trainable parameter gets a non-zero
+    gradient and the frozen word vectors (``model.embedding``) get none."""
+    model.zero_grad(set_to_none=True)
+    nn.functional.cross_entropy(model(*inputs)["logits"], labels).backward()
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            assert parameter.grad is not None, name
+            assert parameter.grad.abs().sum() > 0, name
+    assert model.embedding.weight.grad is None  # frozen word vectors
 
 
 def fits_exactly(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], labels: torch.Tensor,

@@ -2,41 +2,40 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.decatt import DecomposableAttention
-from tests.conftest import fits_exactly, pad_with_noise, random_sentences
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_padding_invariant,
+    fits_exactly,
+    frozen_embedding,
+    pad_with_noise,
+    random_sentences,
+)
 
 VOCAB = 60
+pad_batch = partial(pad_with_noise, vocab_size=VOCAB)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def frozen_embedding(dim: int = 300) -> nn.Embedding:
-    torch.manual_seed(0)
-    embedding = nn.Embedding(VOCAB, dim, padding_idx=0)
-    embedding.weight.requires_grad_(False)
-    return embedding
-
-
-def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    return pad_with_noise(sentences, VOCAB)
-
-
 @pytest.mark.parametrize(("intra", "expected"), [(False, 381_803), (True, 582_214)])
 def test_parameter_count_matches_table_2(intra, expected):
-    model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=intra)
+    model = DecomposableAttention(frozen_embedding(VOCAB, 300), num_classes=3,
+                                  intra_attention=intra)
     assert count_trainable_parameters(model, exclude=model.embedding) == expected
     assert model.paper_parameter_count() == expected
 
 
 def test_trainable_null_is_a_word_vector_in_the_paper_count():
-    model = DecomposableAttention(frozen_embedding(), num_classes=3, null_trainable=True)
+    model = DecomposableAttention(frozen_embedding(VOCAB, 300), num_classes=3, null_trainable=True)
     assert count_trainable_parameters(model, exclude=model.embedding) == 381_803 + 300
     assert model.paper_parameter_count() == 381_803
 
@@ -44,18 +43,14 @@ def test_trainable_null_is_a_word_vector_in_the_paper_count():
 @pytest.mark.parametrize("intra", [False, True])
 def test_padding_does_not_change_logits(intra):
     torch.manual_seed(1)
-    model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=intra).eval()
-    premise, hypothesis = torch.randint(1, VOCAB, (5,)), torch.randint(1, VOCAB, (4,))
-    alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
-
-    others_p = random_sentences((14, 9), VOCAB)
-    others_h = random_sentences((7, 12), VOCAB)
-    batch = model(*pad_batch([premise, *others_p]), *pad_batch([hypothesis, *others_h]))
-    torch.testing.assert_close(batch["logits"][0:1], alone, rtol=1e-5, atol=1e-6)
+    model = DecomposableAttention(frozen_embedding(VOCAB, 300), num_classes=3,
+                                  intra_attention=intra)
+    assert_padding_invariant(model, VOCAB)
 
 
 def test_attention_maps_shapes_and_normalisation():
-    model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=True).eval()
+    model = DecomposableAttention(frozen_embedding(VOCAB, 300), num_classes=3,
+                                  intra_attention=True).eval()
     p_ids, p_mask = pad_batch(random_sentences((6, 3), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences((2, 5), VOCAB))
     out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
@@ -75,23 +70,17 @@ def test_attention_maps_shapes_and_normalisation():
 @pytest.mark.parametrize("intra", [False, True])
 def test_gradients_reach_every_trainable_parameter(intra):
     torch.manual_seed(2)
-    model = DecomposableAttention(frozen_embedding(), num_classes=3, intra_attention=intra)
+    model = DecomposableAttention(frozen_embedding(VOCAB, 300), num_classes=3,
+                                  intra_attention=intra)
     # Lengths > 11 so that every distance bucket 0..10 occurs.
     p_ids, p_mask = pad_batch(random_sentences((13, 6, 9), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences((4, 12, 7), VOCAB))
-    logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
-    nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2])).backward()
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            assert parameter.grad is not None, name
-            assert parameter.grad.abs().sum() > 0, name
-    assert model.embedding.weight.grad is None  # frozen word vectors
+    assert_gradients_reach_every_parameter(model, (p_ids, p_mask, h_ids, h_mask),
+                                           torch.tensor([0, 1, 2]))
 
 
 def test_overfits_24_random_pairs():
-    torch.manual_seed(3)
-    embedding = nn.Embedding(VOCAB, 50, padding_idx=0)
-    embedding.weight.requires_grad_(False)
+    embedding = frozen_embedding(VOCAB, 50, seed=3)
     model = DecomposableAttention(embedding, num_classes=3, hidden_size=64, dropout=0.0)
     p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 9, (24,)), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 7, (24,)), VOCAB))
@@ -106,4 +95,4 @@ def test_overfits_24_random_pairs():
 )
 def test_bad_config_raises_config_error(kwargs):
     with pytest.raises(ConfigError):
-        DecomposableAttention(frozen_embedding(), num_classes=3, **kwargs)
+        DecomposableAttention(frozen_embedding(VOCAB, 300), num_classes=3, **kwargs)

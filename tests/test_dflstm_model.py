@@ -3,34 +3,32 @@ equations, masking, gradients, a tiny overfit, config errors."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.dflstm import DeepFusionLSTM
-from tests.conftest import fits_exactly, pad_with_noise, random_sentences
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_padding_invariant,
+    fits_exactly,
+    frozen_embedding,
+    pad_with_noise,
+    random_sentences,
+)
 
 VOCAB = 60
+pad_batch = partial(pad_with_noise, vocab_size=VOCAB)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def frozen_embedding(dim: int = 300) -> nn.Embedding:
-    torch.manual_seed(0)
-    embedding = nn.Embedding(VOCAB, dim, padding_idx=0)
-    embedding.weight.requires_grad_(False)
-    return embedding
-
-
-def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    return pad_with_noise(sentences, VOCAB)
-
-
 def small_model(**kwargs) -> DeepFusionLSTM:
     torch.manual_seed(1)
-    return DeepFusionLSTM(frozen_embedding(16), num_classes=3, **{"dim": 16, **kwargs})
+    return DeepFusionLSTM(frozen_embedding(VOCAB, 16), num_classes=3, **{"dim": 16, **kwargs})
 
 
 def count(model: DeepFusionLSTM) -> int:
@@ -42,24 +40,25 @@ ROW3 = 2 * (4 * 300 * (300 + 600) + 4 * 300) + (300 * (300 + 300 + 300) + 300) +
 
 
 def test_parameter_count_of_row_3():
-    model = DeepFusionLSTM(frozen_embedding(), num_classes=3, dim=600)
+    model = DeepFusionLSTM(frozen_embedding(VOCAB, 300), num_classes=3, dim=600)
     assert ROW3 == 2_434_503
     assert count(model) == ROW3 and model.paper_parameter_count() is None
     # The printed 2.8M is not this model's count (it is another "Liu et al. 2016" model's):
     # 2,434,503 shows as 2.4M; even a second align function (2,704,803) shows as 2.7M.
     assert f"{ROW3 / 1e6:.1f}M" == "2.4M"
-    separate = DeepFusionLSTM(frozen_embedding(), num_classes=3, dim=600, separate_attention=True)
+    separate = DeepFusionLSTM(frozen_embedding(VOCAB, 300), num_classes=3, dim=600,
+                              separate_attention=True)
     assert count(separate) == ROW3 + 270_300 == 2_704_803
 
 
 def test_parameter_count_of_the_papers_own_snli_model():
     """Liu et al.'s SNLI run: 100 units per LSTM, 100-d vectors (Table 1/2 of their paper)."""
-    model = DeepFusionLSTM(frozen_embedding(100), num_classes=3, dim=200)
+    model = DeepFusionLSTM(frozen_embedding(VOCAB, 100), num_classes=3, dim=200)
     assert count(model) == 2 * (400 * 300 + 400) + (100 * 300 + 100) + (200 * 3 + 3) == 271_503
 
 
 def test_stacked_layers_read_the_state_below():
-    model = DeepFusionLSTM(frozen_embedding(), num_classes=3, dim=600, num_layers=2)
+    model = DeepFusionLSTM(frozen_embedding(VOCAB, 300), num_classes=3, dim=600, num_layers=2)
     layer = ROW3 - 1_803  # layer 2 reads 300-d states, as layer 1 reads 300-d words
     assert count(model) == 2 * layer + 1_803 == 4_867_203
 
@@ -115,12 +114,7 @@ def test_diagonal_wavefront_equals_the_cell_by_cell_recurrence(kwargs):
 
 
 def test_padding_does_not_change_logits():
-    model = small_model(memory_size=9).eval()
-    premise, hypothesis = torch.randint(1, VOCAB, (5,)), torch.randint(1, VOCAB, (4,))
-    alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
-    batch = model(*pad_batch([premise, *random_sentences((14, 9), VOCAB)]),
-                  *pad_batch([hypothesis, *random_sentences((7, 12), VOCAB)]))["logits"]
-    torch.testing.assert_close(batch[0:1], alone, rtol=1e-5, atol=1e-6)
+    assert_padding_invariant(small_model(memory_size=9), VOCAB)
 
 
 def test_memory_attention_normalises_over_earlier_real_positions():
@@ -166,17 +160,12 @@ def test_gradients_reach_every_trainable_parameter(kwargs):
     model = small_model(memory_size=3, **kwargs)
     p_ids, p_mask = pad_batch(random_sentences((6, 4, 7), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences((4, 5, 2), VOCAB))
-    logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
-    nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2])).backward()
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            assert parameter.grad is not None, name
-            assert parameter.grad.abs().sum() > 0, name
-    assert model.embedding.weight.grad is None  # frozen word vectors
+    assert_gradients_reach_every_parameter(model, (p_ids, p_mask, h_ids, h_mask),
+                                           torch.tensor([0, 1, 2]))
 
 
 def test_initialisation_orthogonal_lstm_blocks_uniform_rest():
-    model = DeepFusionLSTM(frozen_embedding(16), num_classes=3, dim=16, init_range=0.1)
+    model = DeepFusionLSTM(frozen_embedding(VOCAB, 16), num_classes=3, dim=16, init_range=0.1)
     for block in model.layers[0].lstm_x.affine.weight.split(8, dim=0):  # (d, d_in + 2d) per gate
         torch.testing.assert_close(block @ block.T, torch.eye(8), rtol=1e-5, atol=1e-5)
     for name, parameter in model.named_parameters():
@@ -185,9 +174,7 @@ def test_initialisation_orthogonal_lstm_blocks_uniform_rest():
 
 
 def test_overfits_24_random_pairs():
-    torch.manual_seed(3)
-    embedding = nn.Embedding(VOCAB, 16, padding_idx=0)
-    embedding.weight.requires_grad_(False)
+    embedding = frozen_embedding(VOCAB, 16, seed=3)
     model = DeepFusionLSTM(embedding, num_classes=3, dim=32, memory_size=3)
     p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 8, (24,)), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 6, (24,)), VOCAB))
@@ -203,6 +190,6 @@ def test_overfits_24_random_pairs():
 )
 def test_bad_config_raises_config_error_naming_the_knob(kwargs, knob):
     with pytest.raises(ConfigError, match=f"model.net.{knob}"):
-        DeepFusionLSTM(frozen_embedding(16), num_classes=3, **kwargs)
+        DeepFusionLSTM(frozen_embedding(VOCAB, 16), num_classes=3, **kwargs)
     with pytest.raises(ConfigError, match=f"model.net.{knob}"):
         DeepFusionLSTM.check_config({"dim": 600, **kwargs})

@@ -2,34 +2,32 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.lstmn import LSTMNDeepFusion
 from entailment_lab.paper_tables import TABLE2, parse_count
-from tests.conftest import fits_exactly, pad_with_noise, random_sentences
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_padding_invariant,
+    fits_exactly,
+    frozen_embedding,
+    pad_with_noise,
+    random_sentences,
+)
 
 VOCAB = 60
+pad_batch = partial(pad_with_noise, vocab_size=VOCAB)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def frozen_embedding(dim: int = 300) -> nn.Embedding:
-    torch.manual_seed(0)
-    embedding = nn.Embedding(VOCAB, dim, padding_idx=0)
-    embedding.weight.requires_grad_(False)
-    return embedding
-
-
-def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    return pad_with_noise(sentences, VOCAB)
-
-
 def tiny(**kwargs) -> LSTMNDeepFusion:
-    return LSTMNDeepFusion(frozen_embedding(12), num_classes=3, hidden_size=10, **kwargs)
+    return LSTMNDeepFusion(frozen_embedding(VOCAB, 12), num_classes=3, hidden_size=10, **kwargs)
 
 
 def paper_count(h: int, d: int = 300, classes: int = 3) -> int:
@@ -41,7 +39,7 @@ def paper_count(h: int, d: int = 300, classes: int = 3) -> int:
 @pytest.mark.parametrize(("row", "hidden", "expected"), [(6, 300, 1_714_203),
                                                          (7, 450, 3_381_303)])
 def test_parameter_count_matches_table_2(row, hidden, expected):
-    model = LSTMNDeepFusion(frozen_embedding(), num_classes=3, hidden_size=hidden)
+    model = LSTMNDeepFusion(frozen_embedding(VOCAB, 300), num_classes=3, hidden_size=hidden)
     assert count_trainable_parameters(model, exclude=model.embedding) == expected
     assert paper_count(hidden) == expected and model.paper_parameter_count() is None
     printed = next(r for r in TABLE2 if r.row == row)
@@ -51,12 +49,12 @@ def test_parameter_count_matches_table_2(row, hidden, expected):
 
 def test_cheng_et_al_table_3_100d_deep_fusion_count():
     """The same arithmetic gives the paper's own 100-d row (Cheng et al. Table 3: 330k)."""
-    model = LSTMNDeepFusion(frozen_embedding(), num_classes=3, hidden_size=100)
+    model = LSTMNDeepFusion(frozen_embedding(VOCAB, 300), num_classes=3, hidden_size=100)
     assert count_trainable_parameters(model, exclude=model.embedding) == 331_403
 
 
 def test_separate_premise_reader_adds_one_lstmn():
-    model = LSTMNDeepFusion(frozen_embedding(), num_classes=3, hidden_size=300,
+    model = LSTMNDeepFusion(frozen_embedding(VOCAB, 300), num_classes=3, hidden_size=300,
                             shared_reader=False)
     h, d = 300, 300
     assert count_trainable_parameters(model, exclude=model.embedding) == (
@@ -66,14 +64,8 @@ def test_separate_premise_reader_adds_one_lstmn():
 @pytest.mark.parametrize(("shared", "slot"), [(True, True), (False, False)])
 def test_padding_does_not_change_logits(shared, slot):
     torch.manual_seed(1)
-    model = tiny(shared_reader=shared, initial_slot=slot).eval()
-    premise, hypothesis = torch.randint(1, VOCAB, (5,)), torch.randint(1, VOCAB, (4,))
-    alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
-
-    others_p = random_sentences((14, 9), VOCAB)
-    others_h = random_sentences((7, 12), VOCAB)
-    batch = model(*pad_batch([premise, *others_p]), *pad_batch([hypothesis, *others_h]))
-    torch.testing.assert_close(batch["logits"][0:1], alone, rtol=1e-5, atol=1e-6)
+    model = tiny(shared_reader=shared, initial_slot=slot)
+    assert_padding_invariant(model, VOCAB)
 
 
 @pytest.mark.parametrize("slot", [True, False])
@@ -117,18 +109,13 @@ def test_gradients_reach_every_trainable_parameter(shared):
     model = tiny(shared_reader=shared, dropout=0.0)
     p_ids, p_mask = pad_batch(random_sentences((7, 3, 5), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences((4, 6, 2), VOCAB))
-    logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
-    nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2])).backward()
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            assert parameter.grad is not None, name
-            assert parameter.grad.abs().sum() > 0, name
-    assert model.embedding.weight.grad is None  # frozen word vectors
+    assert_gradients_reach_every_parameter(model, (p_ids, p_mask, h_ids, h_mask),
+                                           torch.tensor([0, 1, 2]))
 
 
 def test_overfits_24_random_pairs():
     torch.manual_seed(3)
-    model = LSTMNDeepFusion(frozen_embedding(16), num_classes=3, hidden_size=16, dropout=0.0)
+    model = LSTMNDeepFusion(frozen_embedding(VOCAB, 16), num_classes=3, hidden_size=16, dropout=0.0)
     p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 8, (24,)), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 6, (24,)), VOCAB))
     labels = torch.arange(24) % 3
@@ -142,4 +129,4 @@ def test_overfits_24_random_pairs():
 )
 def test_bad_config_raises_config_error(kwargs):
     with pytest.raises(ConfigError, match=f"model.net.{next(iter(kwargs))}"):
-        LSTMNDeepFusion(frozen_embedding(12), num_classes=3, **kwargs)
+        LSTMNDeepFusion(frozen_embedding(VOCAB, 12), num_classes=3, **kwargs)

@@ -2,35 +2,34 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.mlstm import MatchLSTM
 from entailment_lab.paper_tables import TABLE2
-from tests.conftest import compose_cfg, fits_exactly, pad_with_noise, random_sentences
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_padding_invariant,
+    compose_cfg,
+    fits_exactly,
+    frozen_embedding,
+    pad_with_noise,
+    random_sentences,
+)
 
 VOCAB = 60
+pad_batch = partial(pad_with_noise, vocab_size=VOCAB)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def frozen_embedding(dim: int = 300) -> nn.Embedding:
-    torch.manual_seed(0)
-    embedding = nn.Embedding(VOCAB, dim, padding_idx=0)
-    embedding.weight.requires_grad_(False)
-    return embedding
-
-
-def pad_batch(sentences: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    return pad_with_noise(sentences, VOCAB)
-
-
 def test_parameter_count_with_300d_inputs():
     """2,076,003 (docs/models/mlstm.md); the paper prints 1.9M, a gap this test pins."""
-    model = MatchLSTM(frozen_embedding(), num_classes=3)
+    model = MatchLSTM(frozen_embedding(VOCAB, 300), num_classes=3)
     count = count_trainable_parameters(model, exclude=model.embedding)
     d, e = 300, 300
     lstm = 4 * d * (e + d) + 8 * d  # Eq. 1, shared by both sentences (two bias vectors)
@@ -43,25 +42,20 @@ def test_parameter_count_with_300d_inputs():
     row = next(r for r in TABLE2 if r.row == 5)
     assert row.para == "1.9M" and round(count, -5) == 2_100_000 != row.para_count
     # Separate premise and hypothesis LSTMs would be further from the printed figure (2.8M).
-    separate = MatchLSTM(frozen_embedding(), num_classes=3, share_encoder=False)
+    separate = MatchLSTM(frozen_embedding(VOCAB, 300), num_classes=3, share_encoder=False)
     assert count_trainable_parameters(separate, exclude=separate.embedding) == count + lstm
-    bias = MatchLSTM(frozen_embedding(), num_classes=3, attention_bias=True)
+    bias = MatchLSTM(frozen_embedding(VOCAB, 300), num_classes=3, attention_bias=True)
     assert count_trainable_parameters(bias, exclude=bias.embedding) == count + d
 
 
 @pytest.mark.parametrize(("share", "null"), [(True, True), (False, False)])
 def test_padding_does_not_change_logits(share, null):
     torch.manual_seed(1)
-    model = MatchLSTM(frozen_embedding(24), num_classes=3, hidden_size=12, share_encoder=share,
-                      null_premise=null).eval()
-    premise, hypothesis = torch.randint(1, VOCAB, (5,)), torch.randint(1, VOCAB, (4,))
-    alone = model(*pad_batch([premise]), *pad_batch([hypothesis]), return_details=True)
-
-    others_p = random_sentences((14, 9, 2), VOCAB)
-    others_h = random_sentences((7, 12, 1), VOCAB)
-    batch = model(*pad_batch([premise, *others_p]), *pad_batch([hypothesis, *others_h]),
-                  return_details=True)
-    torch.testing.assert_close(batch["logits"][0:1], alone["logits"], rtol=1e-5, atol=1e-6)
+    model = MatchLSTM(frozen_embedding(VOCAB, 24), num_classes=3, hidden_size=12,
+                      share_encoder=share, null_premise=null)
+    alone, batch = assert_padding_invariant(model, VOCAB, premise_mates=(14, 9, 2),
+                                            hypothesis_mates=(7, 12, 1), return_details=True)
+    # The attention too: the pair's rows and its own premise positions.
     width = 5 + null  # the pair's own premise positions (NULL first)
     torch.testing.assert_close(batch["attention"][0, :4, :width], alone["attention"][0],
                                rtol=1e-5, atol=1e-6)
@@ -69,7 +63,7 @@ def test_padding_does_not_change_logits(share, null):
 
 def test_attention_normalises_over_real_premise_positions():
     torch.manual_seed(2)
-    model = MatchLSTM(frozen_embedding(24), num_classes=3, hidden_size=12).eval()
+    model = MatchLSTM(frozen_embedding(VOCAB, 24), num_classes=3, hidden_size=12).eval()
     p_ids, p_mask = pad_batch(random_sentences((6, 3), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences((2, 5), VOCAB))
     out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
@@ -89,22 +83,17 @@ def test_attention_normalises_over_real_premise_positions():
 @pytest.mark.parametrize("share", [True, False])
 def test_gradients_reach_every_trainable_parameter(share):
     torch.manual_seed(3)
-    model = MatchLSTM(frozen_embedding(16), num_classes=3, hidden_size=8, dropout=0.0,
+    model = MatchLSTM(frozen_embedding(VOCAB, 16), num_classes=3, hidden_size=8, dropout=0.0,
                       share_encoder=share, attention_bias=True)
     p_ids, p_mask = pad_batch(random_sentences((7, 3, 5), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences((4, 6, 1), VOCAB))
-    logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
-    nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2])).backward()
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            assert parameter.grad is not None, name
-            assert parameter.grad.abs().sum() > 0, name
-    assert model.embedding.weight.grad is None  # frozen word vectors
+    assert_gradients_reach_every_parameter(model, (p_ids, p_mask, h_ids, h_mask),
+                                           torch.tensor([0, 1, 2]))
 
 
 def test_overfits_24_random_pairs():
     torch.manual_seed(4)
-    model = MatchLSTM(frozen_embedding(16), num_classes=3, hidden_size=16, dropout=0.0)
+    model = MatchLSTM(frozen_embedding(VOCAB, 16), num_classes=3, hidden_size=16, dropout=0.0)
     p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 9, (24,)), VOCAB))
     h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 7, (24,)), VOCAB))
     labels = torch.arange(24) % 3
@@ -118,7 +107,7 @@ def test_overfits_24_random_pairs():
 )
 def test_bad_config_raises_config_error(kwargs):
     with pytest.raises(ConfigError, match=f"model.net.{next(iter(kwargs))}"):
-        MatchLSTM(frozen_embedding(16), num_classes=3, **kwargs)
+        MatchLSTM(frozen_embedding(VOCAB, 16), num_classes=3, **kwargs)
 
 
 def test_model_selects_the_papers_recipe(tmp_path):
