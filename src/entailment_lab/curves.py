@@ -86,7 +86,7 @@ def plot_validation_curves(runs: pd.DataFrame, out: Path) -> Path:
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     fig.suptitle("Validation accuracy per epoch (circle: the checkpoint that is tested)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))  # the suptitle: 0.45 in
     return save_figures({"validation_curves": fig}, out, dpi=110)[0]
 
 
