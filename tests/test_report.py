@@ -218,6 +218,13 @@ def test_mixed_settings_within_a_row_are_flagged(tmp_path):
     assert "mixes settings" in md and "`optimizer.lr=0.01` (1 job)" in md
 
 
+def test_where_the_data_files_lie_is_not_a_setting(tmp_path):
+    """``data_root`` spelt relative in one run and absolute in another is the same protocol."""
+    write_job(tmp_path / "0", seed=1, overrides=["seed=1", "data_root=../shared/data"])
+    write_job(tmp_path / "1", seed=2, overrides=["seed=2", "data_root=/srv/shared/data"])
+    assert "mixes settings" not in make_report([tmp_path], plot=False).markdown
+
+
 def test_job_without_results_is_placed_by_its_hydra_config(tmp_path):
     job = tmp_path / "0"
     (job / ".hydra").mkdir(parents=True)
