@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from functools import partial
+
 import pytest
 import torch
 from torch import nn
@@ -14,11 +17,12 @@ from entailment_lab.models.dcnn import (
     DCNNLayer,
     DCNNPairClassifier,
     dynamic_k,
-    fold,
     k_max_pooling,
     wide_convolution_mask,
 )
+from entailment_lab.module import ClassifierModule
 from tests.conftest import fits_exactly, pad_with_noise, random_sentences
+from tests.dcnn_reference import fold, reference_layer, reference_wide_mask
 
 VOCAB = 60
 
@@ -80,6 +84,38 @@ def test_folding_sums_adjacent_rows():
     torch.testing.assert_close(folded[0, 0, 1], x[0, 0, 2] + x[0, 0, 3])
     with pytest.raises(ValueError):
         fold(torch.zeros(1, 3, 5))
+
+
+def test_wide_convolution_mask_matches_convolving_the_mask():
+    torch.manual_seed(6)
+    mask = torch.rand(7, 12) > 0.4  # any pattern, not only right padding
+    mask[:, 0] = True
+    for width in (1, 2, 5, 7):
+        assert torch.equal(wide_convolution_mask(mask, width), reference_wide_mask(mask, width))
+
+
+@pytest.mark.parametrize("folding", [False, True])
+@pytest.mark.parametrize(("maps_in", "maps_out", "rows", "width"), [(1, 6, 8, 7), (3, 4, 6, 2)])
+def test_layer_matches_the_grouped_convolution_formulation(folding, maps_in, maps_out, rows,
+                                                           width):
+    # The batched-matmul layer (fold inside the matmul) against the first formulation
+    # (tests/dcnn_reference.py): same outputs, masks and gradients on random input.
+    torch.manual_seed(7)
+    layer = DCNNLayer(maps_in, maps_out, rows, width, folding)
+    nn.init.normal_(layer.bias)
+    lengths = torch.tensor([9, 1, 4, 9, 6])
+    mask = torch.arange(9)[None, :] < lengths[:, None]
+    k = dynamic_k(1, 2, lengths, 3)
+    for output_length in (None, 3):
+        x = torch.randn(5, maps_in, rows, 9, requires_grad=True)
+        out, out_mask = layer(x, mask, k, output_length)
+        grads = torch.autograd.grad(out.square().sum(), (x, layer.weight, layer.bias))
+        ref, ref_mask = reference_layer(layer, x, mask, k, output_length)
+        ref_grads = torch.autograd.grad(ref.square().sum(), (x, layer.weight, layer.bias))
+        assert torch.equal(out_mask, ref_mask)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+        for grad, ref_grad in zip(grads, ref_grads, strict=True):
+            torch.testing.assert_close(grad, ref_grad, rtol=1e-4, atol=1e-5)
 
 
 def test_wide_convolution_has_s_plus_m_minus_1_outputs_and_row_specific_filters():
@@ -162,26 +198,59 @@ def test_gradients_reach_every_trainable_parameter(pair):
     if pair:
         inputs += random_batch([5, 7, 2])
     logits = model(*inputs)["logits"]
-    (nn.functional.cross_entropy(logits, labels) + model.regularization_loss()).backward()
+    nn.functional.cross_entropy(logits, labels).backward()
     for name, parameter in model.named_parameters():
         assert parameter.grad is not None, name
         assert parameter.grad.abs().sum() > 0, name
 
 
-def test_regularization_loss_is_the_per_layer_l2():
-    model = dcnn(num_classes=2, l2=(1.0, 2.0, 3.0, 4.0))
+def test_l2_penalties_are_the_per_layer_groups():
+    model = dcnn(num_classes=2, l2=(1.0, 2.0, 0.0, 4.0))
     embedding, layers = model.embedding, model.encoder.layers
-    expected = 0.5 * (
-        1.0 * embedding.weight.pow(2).sum()
-        + 2.0 * layers[0].weight.pow(2).sum()
-        + 3.0 * layers[1].weight.pow(2).sum()
-        + 4.0 * model.output.weight.pow(2).sum()
-    )
-    torch.testing.assert_close(model.regularization_loss(), expected)
-    embedding.weight.requires_grad_(False)  # frozen word vectors are not penalised
-    torch.testing.assert_close(
-        model.regularization_loss(), expected - 0.5 * embedding.weight.pow(2).sum()
-    )
+    groups = [(c, [id(w) for w in ws]) for c, ws in model.l2_penalties()]
+    # embedding, conv 1, (conv 2 has 0: no group), output; biases are not penalised
+    assert groups == [(1.0, [id(embedding.weight)]), (2.0, [id(layers[0].weight)]),
+                      (4.0, [id(model.output.weight)])]
+    pair = dcnn(pair=True, num_classes=3, mlp_layers=1)
+    mlp = [m.weight for m in pair.classifier.modules() if isinstance(m, nn.Linear)]
+    assert [id(w) for w in pair.l2_penalties()[-1][1]] == [id(w) for w in mlp]
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_optimiser_weight_decay_equals_the_l2_term_in_the_loss(fused):
+    # The module hands l2_penalties() to the optimiser as per-group weight decay: three
+    # Adagrad steps land where the penalty in the loss lands (one group, no weight decay).
+    torch.manual_seed(8)
+    model = dcnn(num_classes=3, dropout=0.0, l2=(0.1, 0.2, 0.0, 0.4))
+    twin = copy.deepcopy(model)
+    adagrad = partial(torch.optim.Adagrad, lr=0.1, initial_accumulator_value=0.1)
+    module = ClassifierModule(net=model, embedding=model.embedding,
+                              optimizer=partial(adagrad, weight_decay=0.0, fused=fused),
+                              label_names=["a", "b", "c"])
+    optimiser, twin_optimiser = module.configure_optimizers(), adagrad(twin.parameters())
+    assert sorted(g["weight_decay"] for g in optimiser.param_groups) == [0.0, 0.1, 0.2, 0.4]
+    inputs, labels = random_batch([5, 9, 3]), torch.tensor([0, 1, 2])
+    for _ in range(3):
+        optimiser.zero_grad()
+        nn.functional.cross_entropy(model(*inputs)["logits"], labels).backward()
+        optimiser.step()
+        penalty = sum(0.5 * c * sum(w.pow(2).sum() for w in ws) for c, ws in twin.l2_penalties())
+        twin_optimiser.zero_grad()
+        (nn.functional.cross_entropy(twin(*inputs)["logits"], labels) + penalty).backward()
+        twin_optimiser.step()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+    expected = sum(0.5 * c * sum(w.pow(2).sum() for w in ws) for c, ws in model.l2_penalties())
+    torch.testing.assert_close(module.l2_penalty(), expected.detach())
+
+
+def test_decoupled_weight_decay_is_refused_for_l2_penalties():
+    model = dcnn(num_classes=2)
+    module = ClassifierModule(net=model, embedding=model.embedding,
+                              optimizer=partial(torch.optim.AdamW, lr=1e-3),
+                              label_names=["a", "b"])
+    with pytest.raises(ConfigError, match="decouples weight decay"):
+        module.configure_optimizers()
 
 
 def test_sentence_classifier_overfits_24_random_sentences():

@@ -21,6 +21,7 @@ from torch import nn
 from torchmetrics import MaxMetric, MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
 from entailment_lab.models.common import count_trainable_parameters
 
@@ -67,7 +68,9 @@ class ClassifierModule(L.LightningModule):
         self.num_paper_convention = net.paper_parameter_count()
 
         def accuracy() -> MulticlassAccuracy:
-            return MulticlassAccuracy(num_classes=num_classes, average="micro")
+            # Labels and logits come from our own pipeline: no per-update argument checks.
+            return MulticlassAccuracy(num_classes=num_classes, average="micro",
+                                      validate_args=False)
 
         self.train_acc, self.val_acc, self.test_acc = accuracy(), accuracy(), accuracy()
         self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
@@ -102,13 +105,30 @@ class ClassifierModule(L.LightningModule):
         loss, logits = self._step(batch)
         reg = self.net.regularization_loss()
         if reg is not None:
-            self.log("train/reg_loss", reg, on_step=True, on_epoch=False)
             loss = loss + reg
         self.train_loss(loss)
         self.train_acc(logits, batch["label"])
-        self.log("train/loss", self.train_loss, on_step=True, on_epoch=True, prog_bar=True)
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
+        # ``self.log`` costs about a millisecond a call, as much as a small model's step, and
+        # the logger writes every ``log_every_n_steps``-th step only (Lightning's rule: global
+        # step + 1). Log on those steps and on each epoch's first batch (which registers the
+        # metric objects; their epoch values come from every update above).
+        every = self._trainer.log_every_n_steps if self._trainer else 1
+        if batch_idx == 0 or (every and (self.global_step + 1) % every == 0):
+            if reg is not None:
+                self.log("train/reg_loss", reg, on_step=True, on_epoch=False)
+            if self.net.l2_penalties():  # applied by the optimiser (configure_optimizers)
+                self.log("train/l2_penalty", self.l2_penalty(), on_step=True, on_epoch=False)
+            self.log("train/loss", self.train_loss, on_step=True, on_epoch=True, prog_bar=True)
+            self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
         return loss
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device,
+                                 dataloader_idx: int) -> Any:
+        """Batches are flat dicts of tensors: move them without Lightning's generic walk over
+        nested collections (measurable per step for small models)."""
+        if isinstance(batch, Mapping) and all(isinstance(v, torch.Tensor) for v in batch.values()):
+            return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
@@ -150,9 +170,39 @@ class ClassifierModule(L.LightningModule):
     def on_test_epoch_start(self) -> None:
         self.test_confusion.reset()
 
+    def l2_penalty(self) -> torch.Tensor:
+        """The value of the network's ``l2_penalties``, ``sum lambda / 2 * ||w||^2`` (no grad)."""
+        with torch.no_grad():
+            return sum((0.5 * c * sum(w.pow(2).sum() for w in ws if w.requires_grad)
+                        for c, ws in self.net.l2_penalties()), torch.zeros(()))
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """Trainable parameters for the optimiser: one group per ``net.l2_penalties()`` entry
+        with ``weight_decay = lambda`` (+ the optimiser's own), the rest in a default group."""
+        factory = self.optimizer_factory
+        options = getattr(factory, "keywords", {})
+        optimizer_class = getattr(factory, "func", factory)
+        penalties = self.net.l2_penalties()
+        decoupled = options.get("decoupled_weight_decay") or (
+            isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.AdamW))
+        if penalties and decoupled:
+            raise ConfigError(
+                f"{type(self.net).__name__} declares L2 penalties (l2_penalties), which the "
+                f"optimiser applies as weight decay; {getattr(optimizer_class, '__name__', '?')} "
+                "decouples weight decay from the gradient, which changes their meaning. Use an "
+                "optimiser with L2-style weight decay (SGD, Adagrad, Adam, Adadelta, RMSprop).")
+        base = float(options.get("weight_decay", 0.0) or 0.0)
+        groups, taken = [], set()
+        for coefficient, weights in penalties:
+            weights = [w for w in weights if w.requires_grad and id(w) not in taken]
+            taken.update(id(w) for w in weights)
+            if weights:
+                groups.append({"params": weights, "weight_decay": base + float(coefficient)})
+        rest = [p for p in self.parameters() if p.requires_grad and id(p) not in taken]
+        return ([{"params": rest}] if rest else []) + groups
+
     def configure_optimizers(self) -> Any:
-        params = [p for p in self.parameters() if p.requires_grad]
-        optimizer = self.optimizer_factory(params=params)
+        optimizer = self.optimizer_factory(params=self.parameter_groups())
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer=optimizer)

@@ -20,8 +20,8 @@ What a subclass defines
     long tensors, masks ``(batch, len)`` bool, True on real tokens (each row has at least one).
 
 Optional members (the defaults here do nothing)
-    ``needs_vocab``, ``validate_config``, ``regularization_loss``, ``paper_parameter_count``,
-    ``heatmaps``, ``set_training_step``.
+    ``needs_vocab``, ``validate_config``, ``regularization_loss``, ``l2_penalties``,
+    ``paper_parameter_count``, ``heatmaps``, ``set_training_step``.
 """
 
 from __future__ import annotations
@@ -88,6 +88,18 @@ class Network(nn.Module):
     def regularization_loss(self) -> torch.Tensor | None:
         """A penalty added to the cross-entropy at every training step (None: none)."""
         return None
+
+    def l2_penalties(self) -> list[tuple[float, list[nn.Parameter]]]:
+        """Plain L2 penalties ``lambda / 2 * ||w||^2`` as ``(lambda, parameters)`` groups.
+
+        The LightningModule gives each group to the optimiser as a parameter group with
+        ``weight_decay = lambda`` (plus the optimiser's own ``weight_decay``): the gradient
+        ``lambda * w`` is the penalty's, with no pass over the weights in the loss (for trained
+        word vectors, most of a small model's step). Optimisers that decouple weight decay
+        (AdamW) would change the meaning, so they are refused. Frozen parameters are skipped.
+        Penalties that are not plain L2 belong in ``regularization_loss``. Empty: none.
+        """
+        return []
 
     def paper_parameter_count(self) -> int | None:
         """The parameter count under the paper's own convention where it differs from the true

@@ -47,23 +47,16 @@ def dynamic_k(
     return max(k_top, -(-numerator // num_layers))
 
 
-def fold(x: torch.Tensor) -> torch.Tensor:
-    """Folding (Sec. 3.6): sum every two adjacent rows; ``(..., rows, T) -> (..., rows/2, T)``."""
-    rows = x.size(-2)
-    if rows % 2:
-        raise ValueError(f"folding needs an even number of rows, got {rows}")
-    return x.unflatten(-2, (rows // 2, 2)).sum(dim=-2)
-
-
 def wide_convolution_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
     """Real output positions of a wide convolution of width ``width``: ``(batch, T + width - 1)``.
 
     Output j is real when its window s_{j-m+1:j} touches a real input, i.e. the s + m - 1
-    positions of Sec. 2.2 for a sentence of s real tokens.
+    positions of Sec. 2.2 for a sentence of s real tokens. Counted with a running sum (real
+    inputs up to j minus those up to j - m), so any mask works, not only right padding.
     """
-    ones = mask.new_ones(1, 1, width, dtype=torch.float32)
-    touched = Fn.conv1d(mask.float().unsqueeze(1), ones, padding=width - 1)  # (batch, 1, T')
-    return touched.squeeze(1) > 0
+    upto = Fn.pad(mask.to(torch.int32).cumsum(dim=1), (0, width - 1), mode="replicate")
+    before = Fn.pad(upto, (width, 0))[:, : upto.size(1)]  # real inputs up to j - m
+    return upto > before  # (batch, T + m - 1)
 
 
 def k_max_pooling(
@@ -117,20 +110,33 @@ class DCNNLayer(nn.Module):
         bound = 1.0 / math.sqrt(maps_in * width)  # fan-in of one output value
         nn.init.uniform_(self.weight, -bound, bound)
 
+    def convolve(self, x: torch.Tensor) -> torch.Tensor:
+        """Wide row-wise convolution (Eq. 1, 5, 7), folded (Sec. 3.6) where the layer folds.
+
+        ``(batch, maps_in, rows, T) -> (batch, maps_out, rows_out, T + m - 1)``. One batched
+        matmul over rows: each output row r takes the windows s_{j-m+1:j} of every input map on
+        its own row (and, when folding, on the row it is summed with: fold(conv) = conv with
+        both rows' filters, so the fold costs nothing) times that row's filters.
+        """
+        batch, maps_in, rows, length = x.shape
+        m, group = self.width, 2 if self.folding else 1  # input rows per output row
+        out_length = length + m - 1
+        x = x.view(batch, maps_in, self.rows_out, group, length)  # rows summed by a fold
+        windows = Fn.pad(x, (m - 1, m - 1)).unfold(-1, m, 1)  # (b, maps_in, rows', group, T', m)
+        # (rows_out, b * T', maps_in * group * m): one im2col matrix per output row
+        columns = windows.permute(2, 0, 4, 1, 3, 5).reshape(self.rows_out, -1, maps_in * group * m)
+        filters = self.weight.reshape(maps_in, self.maps_out, self.rows_out, group, m)
+        filters = filters.permute(2, 0, 3, 4, 1).reshape(self.rows_out, -1, self.maps_out)
+        c = torch.bmm(columns, filters)  # (rows_out, b * T', maps_out)
+        return c.view(self.rows_out, batch, out_length, self.maps_out).permute(1, 3, 0, 2)
+
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor, k: torch.Tensor, output_length: int | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # x: (batch, maps_in, rows, T); mask: (batch, T); k: (batch,)
-        batch, _, rows, length = x.shape
         x = x * mask[:, None, None, :].to(x.dtype)  # out-of-sentence values are zero (Sec. 2.2)
-        # Row-wise convolution = grouped conv1d with one group per row, channels (row, map).
-        grouped = x.permute(0, 2, 1, 3).reshape(batch, rows * self.maps_in, length)
-        weight = self.weight.permute(2, 1, 0, 3).reshape(rows * self.maps_out, self.maps_in, -1)
-        c = Fn.conv1d(grouped, weight, padding=self.width - 1, groups=rows)  # Eq. 1, wide
-        c = c.reshape(batch, rows, self.maps_out, -1).permute(0, 2, 1, 3)  # (b, maps_out, rows, T')
+        c = self.convolve(x)  # (batch, maps_out, rows_out, T + m - 1)
         c_mask = wide_convolution_mask(mask, self.width)  # (batch, T + m - 1)
-        if self.folding:
-            c = fold(c)  # (batch, maps_out, rows / 2, T')
         pooled, pooled_mask = k_max_pooling(c, k, c_mask, output_length)  # (b, maps, rows', K)
         out = torch.tanh(pooled + self.bias[None, :, :, None])  # Sec. 3.4, Eq. 6
         return out * pooled_mask[:, None, None, :].to(out.dtype), pooled_mask
@@ -211,23 +217,18 @@ def validate_dcnn_config(filter_widths: Sequence[int], feature_maps: Sequence[in
         )
 
 
-def _l2_penalty(
+def _l2_groups(
     l2: Sequence[float],
     embedding: nn.Embedding,
     encoder: DCNNEncoder,
-    output_weights: Sequence[torch.Tensor],
-) -> torch.Tensor:
-    """Per-layer L2 of the Matlab release: sum of lambda / 2 * ||W||^2 with ``l2`` = (embedding,
-    each conv layer, output) coefficients; biases are not penalised, frozen weights skipped."""
+    output_weights: list[nn.Parameter],
+) -> list[tuple[float, list[nn.Parameter]]]:
+    """Per-layer L2 of the Matlab release, ``lambda / 2 * ||W||^2`` per group with ``l2`` =
+    (embedding, each conv layer, output) coefficients; biases are not penalised."""
     groups = [(l2[0], [embedding.weight])]
     groups += [(c, [layer.weight]) for c, layer in zip(l2[1:-1], encoder.layers, strict=True)]
     groups.append((l2[-1], output_weights))
-    total = torch.zeros((), device=output_weights[0].device)
-    for coefficient, weights in groups:
-        for w in weights:
-            if coefficient > 0 and w.requires_grad:
-                total = total + 0.5 * coefficient * w.pow(2).sum()
-    return total
+    return [(c, weights) for c, weights in groups if c > 0]
 
 
 class DCNNClassifier(Network):
@@ -263,9 +264,10 @@ class DCNNClassifier(Network):
         self.output = nn.Linear(self.encoder.output_size, num_classes)
         self.l2 = tuple(float(c) for c in l2)
 
-    def regularization_loss(self) -> torch.Tensor:
-        """Per-layer L2 of the Matlab release: embedding, each conv layer, output (weights only)."""
-        return _l2_penalty(self.l2, self.embedding, self.encoder, [self.output.weight])
+    def l2_penalties(self) -> list[tuple[float, list[nn.Parameter]]]:
+        """Per-layer L2 of the Matlab release: embedding, each conv layer, output (weights only),
+        applied by the optimiser as per-group weight decay (``Network.l2_penalties``)."""
+        return _l2_groups(self.l2, self.embedding, self.encoder, [self.output.weight])
 
     def forward(
         self, sentence: torch.Tensor, sentence_mask: torch.Tensor, return_details: bool = False
@@ -320,10 +322,10 @@ class DCNNPairClassifier(Network):
         )
         self.l2 = tuple(float(c) for c in l2)
 
-    def regularization_loss(self) -> torch.Tensor:
+    def l2_penalties(self) -> list[tuple[float, list[nn.Parameter]]]:
         """Per-layer L2: embedding, each conv layer, and every weight matrix of the MLP."""
         mlp = [m.weight for m in self.classifier.modules() if isinstance(m, nn.Linear)]
-        return _l2_penalty(self.l2, self.embedding, self.encoder, mlp)
+        return _l2_groups(self.l2, self.embedding, self.encoder, mlp)
 
     def forward(
         self,
