@@ -33,6 +33,9 @@ def test_setup_indexes_all_splits_and_masks(pair_files):
     assert batch["premise"].dtype == torch.long and batch["premise_mask"].dtype == torch.bool
     assert torch.equal(batch["premise"] != 0, batch["premise_mask"])  # pad id 0 exactly off-mask
     assert batch["label"].shape == (6,)
+    moved = dm.transfer_batch_to_device(batch, torch.device("cpu"), 0)  # the flat-dict path
+    assert moved.keys() == batch.keys()
+    assert all(torch.equal(moved[k], batch[k]) for k in batch)
 
 
 def test_vocabulary_from_configured_splits(pair_files, tmp_path):

@@ -122,14 +122,6 @@ class ClassifierModule(L.LightningModule):
             self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
-    def transfer_batch_to_device(self, batch: Any, device: torch.device,
-                                 dataloader_idx: int) -> Any:
-        """Batches are flat dicts of tensors: move them without Lightning's generic walk over
-        nested collections (measurable per step for small models)."""
-        if isinstance(batch, Mapping) and all(isinstance(v, torch.Tensor) for v in batch.values()):
-            return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
         self.val_loss(loss)
