@@ -22,7 +22,8 @@ def options(group: str) -> list[str]:
        for p in sorted((REPO / "conf" / "experiment").rglob("*.yaml"))],
 )
 def test_every_option_composes_and_resolves(override, tmp_path):
-    extra = ["data_root=/data"] if "protocols/" in override else []  # a required value
+    needs_root = "protocols/" in override or "dcnn/" in override  # data_root is required
+    extra = ["data_root=/data"] if needs_root else []
     cfg = compose_cfg([override, *extra], tmp_path)
     # Resolve everything except values the user must give (???), e.g. SICK's file paths.
     container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
@@ -71,8 +72,8 @@ RECIPES = {
     "decatt": ("Adagrad", 0.05, 0.1, None, 4, True, 60, None),
     "decatt_intra": ("Adagrad", 0.025, 0.1, None, 4, True, 60, None),
     "diin": ("Adadelta", 0.5, None, 1.0, 70, False, 30, 3),
-    "dcnn": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
-    "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, 3),
+    "dcnn": ("Adagrad", 0.1, 0.1, None, 4, False, 30, None),
+    "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, None),
     "dflstm": ("Adagrad", 0.005, 0.0, 5.0, 32, False, 30, 3),
     "tclstm": ("Adagrad", 0.005, 0.0, 5.0, 32, False, 30, 3),
     "lexical": ("Adam", 1e-3, None, None, 128, False, 100, 3),
