@@ -130,6 +130,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the operators of an 'after' step by self CPU time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -183,6 +185,10 @@ def main() -> None:
     print(f"speed-up: training {train['before'] / train['after']:.2f}x, "
           f"inference {infer['before'] / infer['after']:.2f}x")
     print("after, ms per step: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+    if args.profile:
+        with torch.profiler.profile() as profiler:
+            seconds(new.step, timed)
+        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
 if __name__ == "__main__":
