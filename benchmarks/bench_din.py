@@ -1,269 +1,322 @@
-"""Throughput and peak memory of DIN (models/din.py) vs its naive reference (tests/).
+"""DIN training and inference speed: today's model, DIN as of a past commit, a padded baseline.
 
-For each variant and d: training pairs/s (forward + backward + Adam step, train mode) and
-inference pairs/s (eval mode, no_grad) on batches with SNLI-like lengths, for the fast model,
-optionally the fast model under ``torch.compile``, and the naive per-pair loop reference.
+Everything runs in one process on the same real, length-bucketed batches of the DataModule
+(the training loader's order, every ``stride``-th batch of an epoch) and the same word vectors
+training uses (GloVe 6B 50-d, frozen), with the same initial weights:
 
-    python benchmarks/bench_din.py --batch 128 --dims 256 324 400 --variants din1 din2 --steps 5
-    python benchmarks/bench_din.py --data ../shared/data/snli/validation.jsonl.gz   # real lengths
-    python benchmarks/bench_din.py --dims 400 --variants din1 --compile               # + compiled
+- ``now``: ``entailment_lab.models.din`` as checked out;
+- ``BASE`` (default ``bfd714b``): ``src/entailment_lab/models/din.py`` at that commit, read with
+  ``git show`` (skipped with a message where git or the commit is missing);
+- ``padded``: ``tests/din_padded.py``, the equations vectorised over the padded batch with no
+  packing, sorting or transposition: the fair baseline (``tests/din_reference.py``, one pair at
+  a time, stays a correctness test only).
 
-Lengths: with --data, (premise, hypothesis) token counts (whitespace split of the PTB-tokenised
-text) of pairs drawn from that JSONL(.gz) file; otherwise Gamma-distributed lengths with SNLI
-dev's mean and s.d. (premise 15.2 ± 6.7 tokens, hypothesis 8.4 ± 3.3). Batches are random
-draws, not length-bucketed (the DataModule buckets, so real padding is lower).
+The implementations alternate in ``--rounds`` rounds, so a change of machine load hits all of
+them alike; the first ``--warmup`` batches are not timed. Printed per variant and size:
+training (forward, backward, Adam step; dropout on) and inference (eval mode, no grad) pairs/s;
+GFLOP per step counted by ``torch.utils.flop_counter`` (matrix products: the model's real
+work, not a guess) and the GFLOP/s achieved; that rate against a plain 1024³ fp32 matrix
+product timed in the same rounds; the speed-ups; the largest differences between the
+implementations' logits and gradients on one batch (eval mode, same weights); and, for
+``now``, where a training step goes, layer by layer (each layer timed alone, forward and
+backward, on its real inputs).
 
-Memory: every (variant, d, implementation) runs in a fresh subprocess; "peak RSS" is its
-``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (the whole process, Python + torch included:
-about 0.3-0.4 GiB of it is the baseline measured before the first step, printed as "base").
-Inference runs before training, so the inference column is the peak up to then.
-
-The reference loops over every pair, so its cost is linear in the pairs and independent of the
-batch: it is timed on the first --ref-batch pairs of each batch for --ref-steps steps.
+    python benchmarks/bench_din.py --data ../shared/data/snli/validation.jsonl.gz
+    python benchmarks/bench_din.py --data ../shared/data/snli/validation.jsonl.gz \\
+        --variants din1 --dims 400 --threads 1 2
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import resource
+import copy
+import importlib.util
+import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
 ROOT = Path(__file__).resolve().parents[1]
-PREMISE_MEAN_SD, HYPOTHESIS_MEAN_SD = (15.2, 6.7), (8.4, 3.3)  # SNLI dev, PTB tokens
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from din_padded import padded_forward  # noqa: E402
+from entailment_lab.data.datamodule import TextDataModule  # noqa: E402
+from entailment_lab.embeddings import glove_6b_50d, random_embeddings  # noqa: E402
+from entailment_lab.models.din import DIN  # noqa: E402
+
+Batch = dict[str, torch.Tensor]
+KEYS = ("premise", "premise_mask", "hypothesis", "hypothesis_mask")
 
 
-def sample_lengths(n: int, data: str | None, seed: int) -> list[tuple[int, int]]:
-    """n (premise, hypothesis) lengths: real pairs from ``data`` or SNLI-like Gamma draws."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    if data:
-        opener = gzip.open if data.endswith(".gz") else open
-        with opener(data, "rt", encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        pool = [(len(r["premise"].split()), len(r["hypothesis"].split())) for r in rows]
-        idx = torch.randint(len(pool), (n,), generator=gen).tolist()
-        return [(max(pool[i][0], 1), max(pool[i][1], 1)) for i in idx]
-
-    def gamma(mean: float, sd: float) -> list[int]:
-        shape, scale = (mean / sd) ** 2, sd**2 / mean
-        torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
-        draws = torch.distributions.Gamma(shape, 1.0 / scale).sample((n,))
-        return draws.round().clamp(1, 80).long().tolist()
-
-    return list(zip(gamma(*PREMISE_MEAN_SD), gamma(*HYPOTHESIS_MEAN_SD), strict=True))
+def load_batches(args: argparse.Namespace) -> tuple[TextDataModule, list[Batch]]:
+    """Every ``stride``-th batch of one epoch of the DataModule's bucketed training order."""
+    datamodule = TextDataModule(
+        fields={"premise": ["premise", "sentence1"], "hypothesis": ["hypothesis", "sentence2"]},
+        label_field=["label", "gold_label"], label_names=["entailment", "neutral", "contradiction"],
+        files={"train": args.data}, vocab_splits=["train"], batch_size=args.batch, seed=args.seed)
+    datamodule.setup()
+    loader = datamodule.train_dataloader()
+    stride = max(1, len(loader) // (args.warmup + args.steps))
+    batches = [b for i, b in enumerate(loader) if i % stride == 0]
+    return datamodule, batches[: args.warmup + args.steps]
 
 
-def make_batches(args: argparse.Namespace, vocab: int) -> list[tuple]:
-    """``--steps + 1`` batches (one warm-up) of right-padded ids, masks and labels."""
-    import torch
-
-    gen = torch.Generator().manual_seed(args.seed)
-    lengths = sample_lengths(args.batch * (args.steps + 1), args.data, args.seed)
-    batches = []
-    for i in range(args.steps + 1):
-        chunk = lengths[i * args.batch : (i + 1) * args.batch]
-        sides = []
-        for k in (0, 1):
-            lens = torch.tensor([pair[k] for pair in chunk])
-            mask = torch.arange(int(lens.max()))[None, :] < lens[:, None]
-            sides += [torch.randint(1, vocab, mask.shape, generator=gen) * mask, mask]
-        labels = torch.randint(0, 3, (len(chunk),), generator=gen)
-        batches.append((*sides, labels))
-    return batches
+def load_commit_din(commit: str) -> type[DIN] | None:
+    """``DIN`` from models/din.py at ``commit`` (git show), or None with a message."""
+    try:
+        source = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{commit}:src/entailment_lab/models/din.py"],
+            check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        print(f"# {commit}: not measured (git show failed: {getattr(err, 'stderr', err)!s})")
+        return None
+    path = Path(tempfile.mkdtemp()) / f"din_{commit}.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"din_{commit}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DIN
 
 
-def rss_mib() -> float:
-    """Current resident set size (Linux /proc), MiB."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * resource.getpagesize() / 2**20
+class Impl:
+    """One implementation: a model (its own copy of the weights), its forward and its Adam."""
+
+    def __init__(self, name: str, model: torch.nn.Module,
+                 forward: Callable[..., dict[str, torch.Tensor]] | None = None) -> None:
+        self.name, self.model = name, model
+        self.forward = forward or model
+        self.optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
+
+    def logits(self, batch: Batch) -> torch.Tensor:
+        return self.forward(*(batch[k] for k in KEYS))["logits"]
+
+    def train_step(self, batch: Batch) -> None:
+        self.optimiser.zero_grad()
+        F.cross_entropy(self.logits(batch), batch["label"]).backward()
+        self.optimiser.step()
+
+    def infer(self, batch: Batch) -> None:
+        with torch.no_grad():
+            self.logits(batch)
 
 
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def timed(fn: Callable[[tuple], object], batches: list[tuple]) -> tuple[float, float]:
-    """Run ``fn`` on the warm-up batch, then on the rest: (warm-up s, pairs/s of the rest)."""
+def seconds(fn: Callable[[Batch], None], batches: list[Batch]) -> float:
     start = time.perf_counter()
-    fn(batches[0])
-    warmup = time.perf_counter() - start
+    for batch in batches:
+        fn(batch)
+    return time.perf_counter() - start
+
+
+def gflop(fn: Callable[[Batch], None], batches: list[Batch]) -> float:
+    """Matrix-product GFLOP per batch of ``fn``, counted (torch.utils.flop_counter)."""
+    with FlopCounterMode(display=False) as counter:
+        for batch in batches:
+            fn(batch)
+    return counter.get_total_flops() / 1e9 / len(batches)
+
+
+MATMUL_N = 1024
+
+
+def matmul_seconds(reps: int = 10) -> float:
+    a, b = torch.randn(MATMUL_N, MATMUL_N), torch.randn(MATMUL_N, MATMUL_N)
+    a @ b
     start = time.perf_counter()
-    for b in batches[1:]:
-        fn(b)
-    return warmup, sum(len(b[-1]) for b in batches[1:]) / (time.perf_counter() - start)
+    for _ in range(reps):
+        a @ b
+    return (time.perf_counter() - start) / reps
 
 
-def worker(args: argparse.Namespace) -> dict:
-    """Time one (variant, dim, impl) in this process; returns the measurements."""
-    import torch
-    from torch import nn
+def differences(impls: list[Impl], batch: Batch) -> dict[str, tuple[float, float]]:
+    """Largest |logit| and |gradient| difference of each implementation from the first."""
+    results = []
+    for impl in impls:
+        impl.model.eval()
+        impl.model.zero_grad()
+        logits = impl.logits(batch)
+        F.cross_entropy(logits, batch["label"]).backward()
+        grads = {n: p.grad for n, p in impl.model.named_parameters() if p.grad is not None}
+        results.append((logits.detach(), grads))
+        impl.model.train()
+    first_logits, first_grads = results[0]
+    out = {}
+    for impl, (logits, grads) in zip(impls[1:], results[1:], strict=True):
+        d_logit = float((logits - first_logits).abs().max())
+        d_grad = max(float((grads[n] - g).abs().max()) for n, g in first_grads.items())
+        out[impl.name] = (d_logit, d_grad)
+    return out
 
-    from entailment_lab.models.common import run_packed, scatter_rows
-    from entailment_lab.models.din import DIN
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from din_reference import reference_forward, reference_layers
+def layer_breakdown(model: DIN, batches: list[Batch], rounds: int) -> dict[str, float]:
+    """ms per training step in each layer of ``model``, forward + backward, each layer alone.
 
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    vocab = 5000
-    embedding = nn.Embedding(vocab, 300, padding_idx=0)
-    embedding.weight.requires_grad_(False)
-    model = DIN(embedding, num_classes=3, dim=args.dim, variant=args.variant)
-    batches = make_batches(args, vocab)
-    if args.fixed_shape:  # every timed step reuses the warm-up batch: no recompilation
-        batches = [batches[0]] * len(batches)
-    if args.impl == "reference":
-        steps = min(args.ref_steps, args.steps)
-        batches = [tuple(t[: args.ref_batch] for t in b) for b in batches[: steps + 1]]
-        forward = partial(reference_forward, model)
-        layers = partial(reference_layers, model)
-    elif args.impl == "compiled":
-        forward, layers = torch.compile(model, dynamic=True), None
-    else:
-        forward, layers = model, model.interact_and_control
-
-    optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    result = {"base_mib": rss_mib(), "threads": torch.get_num_threads()}
-
-    # Whole model. Inference first, so its peak RSS is not the training one.
-    model.eval()
-    with torch.no_grad():
-        _, result["infer_pairs_s"] = timed(lambda b: forward(*b[:4]), batches)
-    result["infer_peak_mib"] = peak_rss_mib()
-
-    def train_step(b: tuple) -> None:
-        loss = nn.functional.cross_entropy(forward(*b[:4])["logits"], b[4])
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-
+    Each layer's inputs are computed once (detached, requiring grad where gradients flow) and
+    its output is back-propagated with a fixed random gradient, as in the full step.
+    """
     model.train()
-    result["warmup_s"], result["train_pairs_s"] = timed(train_step, batches)
-    result["train_peak_mib"] = peak_rss_mib()
+    stages: dict[str, list[Callable[[], None]]] = {k: [] for k in (
+        "embedding + encoder GRU (Eq. 3-6)", "transformation (Eq. 7)", "interaction (Eq. 8)",
+        "control (Eq. 9-19)", "pooling, FC, softmax (Eq. 20-22)", "Adam step")}
+    optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
 
-    # Interaction + control layers only (what the reference re-implements with loops), on
-    # fixed transformed matrices; "train" = forward + backward to the inputs and parameters.
-    if layers is not None:
-        model.eval()
-        inputs = []
+    def stage(fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> Callable[[], None]:
         with torch.no_grad():
-            for p, pm, h, hm, label in batches:
-                x_h = model.embedding(h)
-                h_p = run_packed(model.encoder, model.embedding(p), pm)
-                W_p = scatter_rows(model.transform_p(h_p[pm]), pm).requires_grad_()
-                W_h = scatter_rows(model.transform_h(x_h[hm]), hm).requires_grad_()
-                inputs.append((W_p, pm, W_h, x_h, hm, label))
+            grad = torch.randn_like(fn(*inputs))
+        return lambda: fn(*inputs).backward(grad)
 
-        def layers_out(b: tuple) -> torch.Tensor:
-            out = layers(*b[:5])
-            return out[0] if isinstance(out, tuple) else out
-
+    for b in batches:
+        p, pm, h, hm = (b[k] for k in KEYS)
         with torch.no_grad():
-            _, result["layers_infer_pairs_s"] = timed(layers_out, inputs)
-        _, result["layers_train_pairs_s"] = timed(lambda b: layers_out(b).sum().backward(), inputs)
-    return result
+            x_h = model.embedding(h)
+            h_p = model.encoder(model.embedding(p))[0]
+            W_p, W_h = model.transform_p(h_p), model.transform_h(x_h)
+            W_out = model.interaction(W_p, pm, W_h, hm)[0]
+            x = W_h if model.variant == "din1" else (
+                x_h if (model.din2_input if model.variant == "din2" else model.static_input)
+                == "word" else W_h.flatten(2))
+            h_t = model.control(W_out, x, hm)[0]
+        h_p, W_p, W_h, W_out, h_t = (t.requires_grad_() for t in (h_p, W_p, W_h, W_out, h_t))
+        stages["embedding + encoder GRU (Eq. 3-6)"].append(
+            stage(lambda p=p: model.encoder(model.dropout(model.embedding(p)))[0]))
+        stages["transformation (Eq. 7)"].append(stage(
+            lambda h_p=h_p, x_h=x_h: torch.cat([model.transform_p(model.dropout(h_p)).flatten(1),
+                                                model.transform_h(x_h).flatten(1)], dim=1)))
+        stages["interaction (Eq. 8)"].append(
+            stage(lambda W_p=W_p, pm=pm, W_h=W_h, hm=hm: model.interaction(W_p, pm, W_h, hm)[0]))
+        stages["control (Eq. 9-19)"].append(
+            stage(lambda W_out=W_out, x=x, hm=hm: model.control(W_out, x, hm)[0]))
+        stages["pooling, FC, softmax (Eq. 20-22)"].append(
+            lambda h_t=h_t, hm=hm, y=b["label"]: F.cross_entropy(model.classify(h_t, hm), y)
+            .backward())
+        stages["Adam step"].append(optimiser.step)
+    totals = dict.fromkeys(stages, 0.0)
+    for _ in range(rounds):
+        for name, calls in stages.items():
+            start = time.perf_counter()
+            for call in calls:
+                call()
+            totals[name] += time.perf_counter() - start
+    return {k: 1000 * v / (rounds * len(batches)) for k, v in totals.items()}
+
+
+def padding(batches: list[Batch]) -> str:
+    fractions = []
+    for key in ("premise_mask", "hypothesis_mask"):
+        real = sum(int(b[key].sum()) for b in batches)
+        total = sum(b[key].numel() for b in batches)
+        fractions.append(f"{key.split('_')[0]} {100 * (1 - real / total):.1f} %")
+    return ", ".join(fractions)
+
+
+def measure(args: argparse.Namespace, variant: str, dim: int, embedding: torch.nn.Embedding,
+            batches: list[Batch], base: type[DIN] | None) -> None:
+    warm, timed = batches[: args.warmup], batches[args.warmup:]
+    torch.manual_seed(args.seed)
+    model = DIN(embedding, num_classes=3, dim=dim, variant=variant)
+    impls = [Impl("now", model)]
+    if base is not None:
+        old = base(embedding, num_classes=3, dim=dim, variant=variant)
+        old.load_state_dict(model.state_dict())
+        impls.append(Impl(args.base, old))
+    twin = copy.deepcopy(model)
+    impls.append(Impl("padded", twin, lambda *b, m=twin: padded_forward(m, *b)))
+    diffs = differences(impls, timed[0])
+
+    flops = {i.name: (gflop(i.train_step, timed[:2]), gflop(i.infer, timed[:2])) for i in impls}
+    pairs = sum(len(b["label"]) for b in timed) * args.rounds
+    train, infer = dict.fromkeys((i.name for i in impls), 0.0), dict.fromkeys(
+        (i.name for i in impls), 0.0)
+    matmul = []
+    for impl in impls:
+        seconds(impl.train_step, warm)
+    for _ in range(args.rounds):
+        matmul.append(matmul_seconds())
+        for impl in impls:
+            impl.model.train()
+            train[impl.name] += seconds(impl.train_step, timed)
+            impl.model.eval()
+            infer[impl.name] += seconds(impl.infer, timed)
+            impl.model.train()
+    matmul_rate = 2 * MATMUL_N**3 / 1e9 / (sum(matmul) / len(matmul))
+    steps = args.rounds * len(timed)
+
+    print(f"\n## {variant}, d = {dim} ({model.parameter_count():,} parameters), "
+          f"{torch.get_num_threads()} thread(s); plain {MATMUL_N}³ fp32 matmul in the same "
+          f"rounds: {matmul_rate:.1f} GFLOP/s")
+    print(f"{'impl':8s} | {'train pairs/s':>13s} {'ms/step':>8s} {'GFLOP/step':>10s} "
+          f"{'GFLOP/s':>8s} {'% matmul':>8s} | {'infer pairs/s':>13s} {'GFLOP/s':>8s} | "
+          f"{'infer/train':>11s}")
+    for impl in impls:
+        t, i = train[impl.name], infer[impl.name]
+        (f_train, f_infer), rate = flops[impl.name], flops[impl.name][0] * steps / t
+        print(f"{impl.name:8s} | {pairs / t:13.1f} {1000 * t / steps:8.1f} {f_train:10.2f} "
+              f"{rate:8.1f} {100 * rate / matmul_rate:7.1f}% | {pairs / i:13.1f} "
+              f"{f_infer * steps / i:8.1f} | {t / i:10.2f}x")
+    for impl in impls[1:]:
+        d_logit, d_grad = diffs[impl.name]
+        print(f"now vs {impl.name}: training {train[impl.name] / train['now']:.2f}x, inference "
+              f"{infer[impl.name] / infer['now']:.2f}x faster; max |Δ logit| {d_logit:.1e}, "
+              f"max |Δ grad| {d_grad:.1e} (eval mode, same weights)")
+    if args.breakdown:
+        parts = layer_breakdown(copy.deepcopy(model), timed, args.rounds)
+        total = sum(parts.values())
+        print(f"now, each layer alone (forward + backward), ms per step: sum {total:.1f} vs "
+              f"{1000 * train['now'] / steps:.1f} for the whole step")
+        for name, ms in parts.items():
+            print(f"  {name:36s} {ms:7.1f} ms {100 * ms / total:5.1f} %")
+    if args.profile:
+        with torch.profiler.profile() as profiler:
+            seconds(impls[0].train_step, timed)
+        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True,
+                        help="SNLI pairs, JSONL(.gz) in the hub's schema (premise, hypothesis, "
+                             "label): the batches' lengths and words")
+    parser.add_argument("--variants", nargs="+", default=["din1", "din2"],
+                        choices=["din1", "din2", "static"])
+    parser.add_argument("--dims", nargs="+", type=int, default=[256, 324, 400])
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--dims", type=int, nargs="+", default=[256, 324, 400])
-    parser.add_argument("--variants", nargs="+", default=["din1", "din2"])
-    parser.add_argument("--steps", type=int, default=5, help="timed batches (after 1 warm-up)")
-    parser.add_argument("--ref-steps", type=int, default=2, help="timed batches, reference")
-    parser.add_argument("--ref-batch", type=int, default=32, help="pairs per reference batch")
-    parser.add_argument("--no-reference", action="store_true", help="skip the naive reference")
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="also time torch.compile(model, dynamic=True) (slow to compile)",
-    )
-    parser.add_argument(
-        "--fixed-shape",
-        action="store_true",
-        help="time every step on the warm-up batch (implied by --compile: compile's best case)",
-    )
-    parser.add_argument("--data", help="JSONL(.gz) SNLI pairs to take real lengths from")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
-    parser.add_argument("--seed", type=int, default=0)
-    # internal: one measurement in a subprocess
-    parser.add_argument(
-        "--worker", nargs=3, metavar=("VARIANT", "DIM", "IMPL"), help=argparse.SUPPRESS
-    )
+    parser.add_argument("--steps", type=int, default=10, help="timed batches per round")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1],
+                        help="torch threads; several values measure each in turn")
+    parser.add_argument("--base", default="bfd714b",
+                        help="commit whose models/din.py is timed beside today's ('' skips it)")
+    parser.add_argument("--embeddings", choices=["glove6b50d", "random"], default="glove6b50d")
+    parser.add_argument("--no-breakdown", dest="breakdown", action="store_false",
+                        help="skip the per-layer times")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the operators of a 'now' step by self CPU time")
+    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
-    if args.worker:
-        args.variant, dim, args.impl = args.worker
-        args.dim = int(dim)
-        print(json.dumps(worker(args)))
-        return
-
-    args.fixed_shape = args.fixed_shape or args.compile
-    impls = ["fast"] + (["compiled"] if args.compile else [])
-    impls += [] if args.no_reference else ["reference"]
+    datamodule, batches = load_batches(args)
+    make = glove_6b_50d if args.embeddings == "glove6b50d" else random_embeddings
+    embedding = make(datamodule.vocab, seed=args.seed)  # frozen, as DIN trains
+    base = load_commit_din(args.base) if args.base else None
     print(f"# {' '.join(sys.argv)}")
-    print(
-        f"# batch {args.batch}, {args.steps} timed steps (reference: {args.ref_steps} step(s) "
-        f"of {args.ref_batch} pairs), lengths from {args.data or 'SNLI-like Gamma draws'}"
-        + (", every step on the warm-up batch" if args.fixed_shape else "")
-    )
-    header = (
-        f"{'variant':7} {'d':>4} {'impl':9} | {'train':>7} {'infer':>7} | {'train':>7} "
-        f"{'infer':>7} | {'peak RSS MiB':>12} {'base':>5} | {'warm-up':>7}"
-    )
-    print(f"{'':22} | {'whole model':^15} | {'layers (8-19)':^15} | {'train/infer':^19} | train s")
-    print(header)
-    print("-" * len(header))
-    threads = None
-    for variant in args.variants:
-        for dim in args.dims:
-            rows = {}
-            for impl in impls:
-                cmd = [sys.executable, __file__, "--worker", variant, str(dim), impl]
-                for flag in ("batch", "steps", "ref_steps", "ref_batch", "threads", "seed"):
-                    cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-                cmd += ["--fixed-shape"] if args.fixed_shape else []
-                cmd += ["--data", args.data] if args.data else []
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                r = rows[impl] = json.loads(out.strip().splitlines()[-1])
-                threads = r["threads"]
-                layers = [r.get(f"layers_{k}_pairs_s") for k in ("train", "infer")]
-                layers_txt = " ".join(f"{x:>7.1f}" if x else f"{'-':>7}" for x in layers)
-                peak = f"{r['train_peak_mib']:.0f}/{r['infer_peak_mib']:.0f}"
-                print(
-                    f"{variant:7} {dim:>4} {impl:9} | {r['train_pairs_s']:>7.1f} "
-                    f"{r['infer_pairs_s']:>7.1f} | {layers_txt} | {peak:>12} "
-                    f"{r['base_mib']:>5.0f} | {r['warmup_s']:>7.1f}",
-                    flush=True,
-                )
-            if "reference" in rows:
-                ref = rows["reference"]
-                for impl in impls[:-1]:
-                    r = rows[impl]
-                    ratios = [
-                        r[k] / ref[k] if k in r else None
-                        for k in (
-                            "train_pairs_s",
-                            "infer_pairs_s",
-                            "layers_train_pairs_s",
-                            "layers_infer_pairs_s",
-                        )
-                    ]
-                    txt = " ".join(f"{x:>6.1f}x" if x else f"{'-':>7}" for x in ratios)
-                    print(
-                        f"{'':7} {'':>4} {impl + '/ref':9} | {txt[:15]} | {txt[16:]} |", flush=True
-                    )
-    print(f"# torch threads: {threads}; pairs/s; layers = interaction + control (Eq. 8-19)")
+    print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}; data "
+          f"{args.data}: {len(datamodule.splits['train']):,} pairs, batch {args.batch}, "
+          f"{len(batches) - args.warmup} timed batches x {args.rounds} rounds "
+          f"(+{args.warmup} warm-up); padding in them: {padding(batches[args.warmup:])}; "
+          f"embeddings {args.embeddings} ({embedding.embedding_dim}-d, frozen)")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for variant in args.variants:
+            for dim in args.dims:
+                measure(args, variant, dim, embedding, batches, base)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from din_padded import padded_forward
 from din_reference import reference_forward, reference_layers
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.din import DIN
@@ -78,6 +79,26 @@ def test_reference_layers_match_interact_and_control():
     x_h = model.embedding(h)
     fast = model.interact_and_control(W_p, pm, W_h, x_h, hm)[0] * hm[:, :, None]
     torch.testing.assert_close(fast, reference_layers(model, W_p, pm, W_h, x_h, hm))
+
+
+@pytest.mark.parametrize("variant", ["din1", "din2", "static"])
+def test_padded_baseline_matches_outputs_and_gradients(variant):
+    """The padded implementation benchmarks/bench_din.py times against computes the same."""
+    torch.manual_seed(3)
+    model = make_model(variant, dim=16)
+    batch = make_batch([5, 2, 4, 5], [3, 4, 1, 4], seed=9)
+    weights = torch.randn(4, 3, dtype=torch.float64)
+    outputs, grads = [], []
+    for forward in (model, lambda *b: padded_forward(model, *b)):
+        model.zero_grad()
+        logits = forward(*batch)["logits"]
+        (logits * weights).sum().backward()
+        outputs.append(logits)
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-9, atol=1e-10)
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-9, atol=1e-10,
+                                   msg=name)
 
 
 @pytest.mark.parametrize("variant", ["din1", "din2", "static"])

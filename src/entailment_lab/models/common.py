@@ -137,6 +137,22 @@ def run_packed(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Te
     return out
 
 
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` with a faster CPU path: the same distribution, another random stream.
+
+    On CPU, PyTorch draws dropout's mask with ``bernoulli_``, about 3× slower than drawing
+    uniforms (measured: 16 ms vs 5 ms for 1.2M elements, one thread; DIN drops three such
+    tensors a step). Here the kept entries are those whose uniform draw is >= p, scaled by
+    1/(1 - p), as ``nn.Dropout``. Other devices use ``nn.Dropout`` itself.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu":
+            return super().forward(x)
+        keep = torch.empty_like(x).uniform_() >= self.p
+        return x * keep * (1.0 / (1.0 - self.p))
+
+
 def count_trainable_parameters(module: nn.Module, exclude: nn.Module | None = None) -> int:
     """Trainable parameters of ``module`` except those of ``exclude`` (the word embeddings).
 

@@ -22,11 +22,10 @@ from torch.nn import functional as F
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import (
+    Dropout,
     check_choice,
     count_trainable_parameters,
     longest_first,
-    masked_mean,
-    run_packed,
     scatter_rows,
 )
 
@@ -87,11 +86,14 @@ class Transformation(nn.Module):
 class Interaction(nn.Module):
     """Eq. 8: ``W^t_τ = tanh(W̃'_τ W̃_t + W_inter W^t_{τ-1} + b_inter)`` for every (pair, t).
 
-    A Python loop over premise positions τ only; each step is one batched matrix product over
-    the real (pair, hypothesis word) rows. The rows are sorted by premise length, longest first,
-    so that the rows still inside their premise at step τ are a prefix (the idea of
-    ``pack_padded_sequence``): a row leaves the loop at its premise's true last position, so its
-    final state is ``W^t_{ℓ_P}`` whatever the padding, and padding is never computed.
+    A Python loop over premise positions τ only, over the N real (pair, hypothesis word) rows,
+    computed on transposed matrices: ``(W^t_τ)^T = tanh(W̃_t^T W̃'_τ^T + (W^t_{τ-1})^T
+    W_inter^T + b_inter^T)``, so the ``W_inter`` term of all rows is one plain matrix product
+    (an (n·m, m) by (m, m) product) and the rest is one batched product added in place. The
+    rows are sorted by premise length, longest first, so that the rows still inside their
+    premise at step τ are a prefix (the idea of ``pack_padded_sequence``): a row leaves the loop
+    at its premise's true last position, so its final state is ``W^t_{ℓ_P}`` whatever the
+    padding, and padding is never computed.
     """
 
     def __init__(self, m: int, init: str = "zeros") -> None:
@@ -112,44 +114,71 @@ class Interaction(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """W_p (batch, len_p, m, m), W_h (batch, len_h, m, m) -> W^t_{ℓ_P} (batch, len_h, m, m).
 
-        Padded hypothesis positions get a zero matrix. With ``return_norms`` also
-        ``‖W^t_τ‖_F`` (batch, len_h, len_p), 0 at padded positions.
+        Padded premise positions of W_p are never read; padded hypothesis positions of the
+        output are zero. With ``return_norms`` also ``‖W^t_τ‖_F`` (batch, len_h, len_p), 0 at
+        padded positions.
         """
         len_p = W_p.shape[1]
         # The N = Σ ℓ_H real rows, sorted by their premise's length, longest first.
         b_idx, t_idx = hypothesis_mask.nonzero(as_tuple=True)  # (N,) each
         order, running = longest_first(premise_mask.sum(dim=1)[b_idx], len_p)
         b_idx, t_idx = b_idx[order], t_idx[order]
-        n_rows = b_idx.numel()
-
-        W_t = W_h[b_idx, t_idx]  # W̃_t of each row: (N, m, m)
-        state = W_t if self.init == "hypothesis" else torch.zeros_like(W_t)  # W^t_0
+        X = W_h[b_idx, t_idx].transpose(-1, -2).contiguous()  # W̃_t^T of each row: (N, m, m)
+        # W̃'_τ^T, time-major: each step's (batch, m, m) block is contiguous; unbind, not
+        # [τ]: indexing in a loop costs a full-size zero tensor per step in the backward pass.
+        W_p_steps = W_p.permute(1, 0, 3, 2).contiguous().unbind(0)
+        S = X.clone() if self.init == "hypothesis" else torch.zeros_like(X)  # (W^t_0)^T
+        W_inter_T, b_inter_T = self.W_inter.T, self.b_inter.T
         finished, norms = [], []  # final states of rows whose premise has ended
-        # unbind, not W_p[:, tau]: indexing in a loop costs a full-size zero tensor per step
-        # in the backward pass.
-        for W_p_tau, n in zip(W_p.unbind(1), running, strict=True):
-            if n < len(state):  # rows n.. have passed their premise's end: state is W^t_{ℓ_P}
-                finished.append(state[n:])
-                state = state[:n]
-            # W̃'_τ W̃_t + W_inter W^t_{τ-1} + b_inter: (n, m, m)
-            state = torch.tanh(W_p_tau[b_idx[:n]] @ W_t[:n] + self.W_inter @ state + self.b_inter)
+        for W_p_tau, n in zip(W_p_steps, running, strict=True):
+            if n < len(S):  # rows n.. have passed their premise's end: S is (W^t_{ℓ_P})^T
+                finished.append(S[n:])
+                S, X = S[:n], X[:n]  # views taken when n changes, not every step
+            # (W^t_{τ-1})^T W_inter^T + b_inter^T + W̃_t^T W̃'_τ^T: (n, m, m). matmul folds the
+            # first product into one (n·m, m) by (m, m) product and returns a tensor that is no
+            # view, so the rest can run in place (no product's backward needs its own output,
+            # tanh keeps its result); in place on a view, autograd would copy whole gradients.
+            pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
+            S = pre.baddbmm_(X, W_p_tau.index_select(0, b_idx[:n])).tanh_()
             if return_norms:
-                norms.append(F.pad(state.flatten(1).norm(dim=1), (0, n_rows - n)))  # (N,)
-        state = torch.cat([state, *reversed(finished)])  # W^t_{ℓ_P}, all N rows in order
-        out = scatter_rows(state, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, m, m)
+                norms.append(F.pad(S.flatten(1).norm(dim=1), (0, len(order) - n)))  # (N,)
+        S = torch.cat([S, *reversed(finished)])  # (W^t_{ℓ_P})^T, all N rows in order
+        out = scatter_rows(S.transpose(-1, -2), hypothesis_mask, (b_idx, t_idx))
         if not return_norms:
-            return out, None
+            return out, None  # (batch, len_h, m, m)
         norms_rows = torch.stack(norms, dim=1)  # (N, len_p)
         return out, scatter_rows(norms_rows, hypothesis_mask, (b_idx, t_idx))
+
+
+def time_major_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """The real positions of a (batch, len) ``mask`` in the order a recurrence visits them.
+
+    Step by step (time-major) and, within a step, the sentences by length, longest first
+    (``pack_padded_sequence``'s layout): step t's rows are the ``running[t]`` sentences still
+    inside their length, the first rows of the step before. Returns the rows' sentence and
+    position indices, (N,) each, and ``running``, so ``x[b_idx, t_idx].split(running)`` gives
+    each step's rows without any padding.
+    """
+    order, running = longest_first(mask.sum(dim=1), mask.shape[1])
+    b_idx = torch.cat([order[:n] for n in running])
+    t_idx = torch.repeat_interleave(
+        torch.arange(len(running), device=mask.device),
+        torch.tensor(running, device=mask.device),
+    )
+    return b_idx, t_idx, running
 
 
 class MatrixControlGRU(nn.Module):
     """DIN-1 control layer (Eq. 9-16): a GRU with an m×m matrix state and generated weights.
 
     ``W^t_g = tanh(W^g_con W^t_{ℓ_P} + b^g_con)``, ``b^t_g = tanh(B^g_con W^t_{ℓ_P})`` for
-    g ∈ (z, r, h), stacked on dim 0 of ``W_con``/``b_con``/``B_con`` (3, m, m). The weights of
-    all steps are generated at once (for real hypothesis words only); the recurrence loops over
-    hypothesis positions only.
+    g ∈ (z, r, h), stacked on dim 0 of ``W_con``/``b_con``/``B_con`` (3, m, m).
+
+    Computed on transposed matrices, ``(A B)^T = B^T A^T``: the generated weights of every real
+    word and gate come from one matrix product, ``(W^t_{ℓ_P})^T [W^z_con{}^T | W^r_con{}^T | …
+    | B^h_con{}^T]``, and a step of the recurrence is two batched products, ``H^T [W_z^T |
+    W_r^T]`` (both gates at once) and ``(R ⊙ H)^T W_h^T``. The recurrence visits the real words
+    only (``time_major_rows``): padding is never stepped through.
     """
 
     def __init__(self, m: int, weights: str = "shared") -> None:
@@ -164,16 +193,27 @@ class MatrixControlGRU(nn.Module):
         for p in self.parameters():
             _uniform_(p, m)
 
-    def generate(self, W_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Eq. 15-16: W^t_{ℓ_P} (..., m, m) -> (W_H, W_X, b), each (..., 3, m, m).
+    @staticmethod
+    def _gates_T(A: torch.Tensor) -> torch.Tensor:
+        """(3, m, m) per-gate matrices -> ``[A_z^T | A_r^T | A_h^T]`` (m, 3m)."""
+        return A.permute(2, 0, 1).flatten(1)
 
-        W_H multiplies H_{t-1}, W_X multiplies W̃_t (the same tensor unless "split").
+    def generate_T(self, W_out_T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Eq. 15-16, transposed: ``(W^t_{ℓ_P})^T`` (..., m, m) -> (W_H^T, W_X^T, b^T).
+
+        Each is (..., m, 3m), the gates side by side: ``[W_z^T | W_r^T | W_h^T]``. W_H
+        multiplies H_{t-1}, W_X multiplies W̃_t (the same tensor unless "split").
         """
-        W_out = W_out.unsqueeze(-3)  # (..., 1, m, m), broadcast over the three gates
-        W_H = torch.tanh(self.W_con @ W_out + self.b_con)  # Eq. 15
-        b = torch.tanh(self.B_con @ W_out)  # Eq. 16
-        W_X = W_H if self.W_con_x is None else torch.tanh(self.W_con_x @ W_out + self.b_con_x)
-        return W_H, W_X, b
+        m = self.m
+        blocks = [self.W_con, self.B_con] + ([self.W_con_x] if self.W_con_x is not None else [])
+        weights = torch.cat([self._gates_T(A) for A in blocks], dim=1)  # (m, 6m or 9m)
+        out = (W_out_T.reshape(-1, m) @ weights).view(*W_out_T.shape[:-1], -1)
+        parts = out.split(3 * m, dim=-1)  # split, not slices: its backward fills no zeros
+        W_H = torch.tanh(parts[0] + self._gates_T(self.b_con))  # Eq. 15
+        b = torch.tanh(parts[1])  # Eq. 16
+        if self.W_con_x is None:
+            return W_H, W_H, b
+        return W_H, torch.tanh(parts[2] + self._gates_T(self.b_con_x)), b
 
     def forward(
         self,
@@ -182,32 +222,37 @@ class MatrixControlGRU(nn.Module):
         hypothesis_mask: torch.Tensor,
         return_change: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """W_out, W_h (batch, len_h, m, m) -> h_t (batch, len_h, d) [, Δ (batch, 3, len_h)]."""
-        batch, len_h, m, _ = W_h.shape
-        mask_t = hypothesis_mask.T  # (len_h, batch): real words in step-major order
-        # Eq. 15-16 for the N real words, and the W̃_t part of Eq. 10-12: (N, 3, m, m)
-        W_H, W_X, b = self.generate(W_out.transpose(0, 1)[mask_t])
-        pre_x = W_X @ W_h.transpose(0, 1)[mask_t].unsqueeze(1) + b  # W^t_g·W̃_t + b^t_g
-        H = W_h.new_zeros(batch, m, m)  # H_0 = 0
+        """W_out, W_h (batch, len_h, m, m) -> h_t (batch, len_h, d), 0 at padded positions
+        [, Δ (batch, 3, len_h)]."""
+        m = self.m
+        b_idx, t_idx, running = time_major_rows(hypothesis_mask)
+        W_H, W_X, b = self.generate_T(W_out[b_idx, t_idx].transpose(-1, -2))  # (N, m, 3m) each
+        # The W̃_t part of Eq. 10-12 for every step at once: W̃_t^T W_X^T + b^T, per gate group
+        X = W_h[b_idx, t_idx].transpose(-1, -2)  # (N, m, m)
+        (W_zr, W_n), (X_zr, X_n), (b_zr, b_n) = (w.split([2 * m, m], dim=-1) for w in (W_H, W_X, b))
+        pre_zr, pre_n = torch.baddbmm(b_zr, X, X_zr), torch.baddbmm(b_n, X, X_n)
+        H = W_h.new_zeros(running[0], m, m)  # H_0^T = 0
         outputs = []
-        for W_t, pre_t in zip(
-            scatter_rows(W_H, mask_t).unbind(0), scatter_rows(pre_x, mask_t).unbind(0), strict=True
-        ):  # (batch, 3, m, m) each; unbind, not [t]: a cheap backward
-            W_z, W_r, W_n = W_t.unbind(1)  # W^t_g: (batch, m, m)
-            pre_z, pre_r, pre_n = pre_t.unbind(1)
-            Z = torch.sigmoid(W_z @ H + pre_z)  # Eq. 10: σ(W^t_z·H_{t-1} + W^t_z·W̃_t + b^t_z)
-            R = torch.sigmoid(W_r @ H + pre_r)  # Eq. 11
-            H_tilde = torch.tanh(W_n @ (R * H) + pre_n)  # Eq. 12
-            H = (1 - Z) * H + Z * H_tilde  # Eq. 13
-            outputs.append(H.flatten(1))  # Eq. 14, h_t = VECTORIZE(H_t): (batch, d)
+        for W_zr_t, W_n_t, pre_zr_t, pre_n_t in zip(
+            W_zr.split(running), W_n.split(running), pre_zr.split(running), pre_n.split(running),
+            strict=True,
+        ):  # each step's rows, (n, m, ·)
+            H = H[: len(W_zr_t)]  # rows past their hypothesis's end drop out
+            # Eq. 10-11: [Z^T | R^T] = σ(H^T [W_z^T | W_r^T] + W̃_t^T [W_z^T | W_r^T] + b^T)
+            Z, R = torch.sigmoid(torch.baddbmm(pre_zr_t, H, W_zr_t)).chunk(2, dim=-1)
+            H_tilde = torch.tanh(torch.baddbmm(pre_n_t, R * H, W_n_t))  # Eq. 12
+            H = torch.lerp(H, H_tilde, Z)  # Eq. 13: (1 - Z) ⊙ H + Z ⊙ H̃
+            outputs.append(H)
+        H_rows = torch.cat(outputs).transpose(-1, -2).flatten(1)  # Eq. 14, VECTORIZE(H_t)
+        h = scatter_rows(H_rows, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, d)
         change = None
         if return_change:
             W = W_H if self.W_con_x is None else torch.cat([W_H, W_X], dim=-1)
-            rest = self.generate(W_out.new_zeros(m, m))
+            rest = self.generate_T(W_out.new_zeros(m, m))
             W0 = rest[0] if self.W_con_x is None else torch.cat([rest[0], rest[1]], dim=-1)
-            W = scatter_rows(W.flatten(-2), mask_t).transpose(0, 1)  # (batch, len_h, 3, ·)
-            change = _step_change(W, W0.flatten(-2))
-        return torch.stack(outputs, dim=1), change
+            W = scatter_rows(_by_gate(W), hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, 3, ·)
+            change = _step_change(W, _by_gate(W0))
+        return h, change
 
 
 class VectorControlGRU(nn.Module):
@@ -300,7 +345,9 @@ class StaticControlGRU(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """W_out (batch, len_h, m, m), x (batch, len_h, d_x) -> h_t (batch, len_h, d) [, Δ]."""
         inputs = torch.cat([x, W_out.flatten(2)], dim=-1)  # [x_t; V^t]: (batch, len_h, d_x + d)
-        h = run_packed(self.gru, inputs, hypothesis_mask)  # h_0 = 0
+        # h_0 = 0; unpacked: padding trails, so real positions equal a packed run's and
+        # padded ones are never read
+        h, _ = self.gru(inputs)
         if not return_change:
             return h, None
         # Recompute the gate activations from the outputs (PyTorch's GRU: r, z, n order).
@@ -329,6 +376,13 @@ def _step_change(W: torch.Tensor, W0: torch.Tensor) -> torch.Tensor:
     """
     prev = torch.cat([W0.expand_as(W[:, :1]), W[:, :-1]], dim=1)
     return (W - prev).norm(dim=-1).transpose(1, 2)
+
+
+def _by_gate(W_T: torch.Tensor) -> torch.Tensor:
+    """Transposed generated weights (..., m, k·3m), gates side by side in each of k parts
+    (k = 1, or 2 for "split": W_H then W_X) -> (..., 3, k·m²), each gate's entries together."""
+    m = W_T.shape[-2]
+    return W_T.unflatten(-1, (-1, 3, m)).movedim(-2, -4).flatten(-3)
 
 
 class DIN(Network):
@@ -387,7 +441,7 @@ class DIN(Network):
         self.din2_input, self.static_input = din2_input, static_input
 
         self.embedding = embedding  # fixed GloVe; built and frozen by the backbone
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.encoder = nn.GRU(d_emb, dim, batch_first=True)  # Eq. 3-6
         self.transform_p = Transformation(dim, m)  # Eq. 7, c = h'_τ
         self.transform_h = Transformation(d_emb, m)  # Eq. 7, c = x_t
@@ -416,22 +470,22 @@ class DIN(Network):
         return_details: bool = False,
     ) -> dict[str, torch.Tensor]:
         """Token ids and bool masks (batch, len) -> {"logits": (batch, num_classes), ...}."""
-        # Position-wise steps (and dropout, §3.1.3: the encoder's input and output, the control
-        # layer's output) run on the real positions only: ``x[mask]``, then ``scatter_rows``.
-        x_p = self.dropout(self.embedding(premise[premise_mask]))  # x'_τ: (N_p, d_emb)
-        x_p = scatter_rows(x_p, premise_mask)  # (batch, len_p, d_emb)
+        # Dropout (§3.1.3): the encoder's input and output and the control layer's output.
+        # Every layer runs on the padded batch; padding is at the end of each sentence, so the
+        # recurrences read real positions first and their outputs there do not depend on it.
+        x_p = self.dropout(self.embedding(premise))  # x'_τ: (batch, len_p, d_emb)
         x_h = self.embedding(hypothesis)  # x_t: (batch, len_h, d_emb)
-        h_p = run_packed(self.encoder, x_p, premise_mask)  # Eq. 3-6, h'_τ: (batch, len_p, d)
+        # Eq. 3-6, h'_τ: (batch, len_p, d). Unpacked: the GRU runs forward and padding comes
+        # last, so real positions equal a packed run's (and the backward skips the packed
+        # sequence's zero-filled gradients); padded positions are never read.
+        h_p, _ = self.encoder(x_p)
         # Eq. 7: W̃'_τ (batch, len_p, m, m), W̃_t (batch, len_h, m, m)
-        W_p = scatter_rows(self.transform_p(self.dropout(h_p[premise_mask])), premise_mask)
-        W_h = scatter_rows(self.transform_h(x_h[hypothesis_mask]), hypothesis_mask)
+        W_p = self.transform_p(self.dropout(h_p))
+        W_h = self.transform_h(x_h)
         h, norms, change = self.interact_and_control(
             W_p, premise_mask, W_h, x_h, hypothesis_mask, return_details
         )  # Eq. 8-19, h_t: (batch, len_h, d)
-        h = scatter_rows(self.dropout(h[hypothesis_mask]), hypothesis_mask)  # real positions
-        h_bar = masked_mean(h, hypothesis_mask)  # Eq. 20: (batch, d)
-        h_bar = self.fc_activation(self.fc(h_bar))  # Eq. 21
-        result = {"logits": self.output(h_bar)}  # Eq. 22 (softmax in the loss)
+        result = {"logits": self.classify(h, hypothesis_mask)}  # Eq. 20-22
         if return_details:
             real = premise_mask[:, None, :] & hypothesis_mask[:, :, None]  # (batch, len_h, len_p)
             # Analysis maps, detached: (batch, len_h, len_p) and (batch, 3, len_h) in [0, 1].
@@ -442,6 +496,18 @@ class DIN(Network):
             result["premise_mask"] = premise_mask
             result["hypothesis_mask"] = hypothesis_mask
         return result
+
+    def classify(self, h: torch.Tensor, hypothesis_mask: torch.Tensor) -> torch.Tensor:
+        """Eq. 20-22: h_t (batch, len_h, d) -> logits (batch, num_classes), softmax in the loss.
+
+        The mean runs over the real positions only, and dropout (§3.1.3, the control layer's
+        output) is drawn for those only.
+        """
+        pair = hypothesis_mask.nonzero(as_tuple=True)[0]  # each real position's pair
+        h_sum = h.new_zeros(h.shape[0], h.shape[2]).index_add_(
+            0, pair, self.dropout(h[hypothesis_mask]))
+        h_bar = h_sum / hypothesis_mask.sum(dim=1, keepdim=True).to(h.dtype)  # Eq. 20
+        return self.output(self.fc_activation(self.fc(h_bar)))  # Eq. 21-22
 
     def heatmaps(self, details: Mapping[str, torch.Tensor], premise: Sequence[str],
                  hypothesis: Sequence[str], index: int = 0) -> dict[str, HeatMap]:
