@@ -3,9 +3,12 @@
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
+from entailment_lab.cli import set_threads
 from entailment_lab.config import configured_max_epochs
+from entailment_lab.errors import ConfigError
 from tests.conftest import REPO, compose_cfg
 
 GROUPS = ["model", "data", "embeddings", "optimizer", "scheduler", "trainer", "logger",
@@ -122,3 +125,29 @@ def test_configured_budget_ignores_the_command_line_epochs(overrides, expected, 
     """What results.json records as the config's budget, for the report's reduced-run check."""
     cfg = compose_cfg(overrides, tmp_path)
     assert configured_max_epochs(cfg, overrides) == expected
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("config", ["train", "eval", "predict", "explain"])
+def test_every_entry_point_defaults_to_one_thread(config, tmp_path):
+    overrides = ["ckpt_path=x.ckpt"] if config != "train" else []
+    assert compose_cfg(overrides, tmp_path, config_name=config).threads == 1
+
+
+def test_threads_setting_and_omp_num_threads_wins(monkeypatch, restore_threads):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert set_threads(2) == "torch threads: 2 (threads=2; OMP_NUM_THREADS=N overrides)"
+    assert torch.get_num_threads() == 2
+    assert set_threads(None).endswith("(torch's default)") and torch.get_num_threads() == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert set_threads(1).endswith("(OMP_NUM_THREADS)") and torch.get_num_threads() == 2
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    for bad in (0, -1, "two", True, 1.5):
+        with pytest.raises(ConfigError, match=r"threads must be a positive integer or null"):
+            set_threads(bad)

@@ -194,26 +194,35 @@ class MatrixControlGRU(nn.Module):
             _uniform_(p, m)
 
     @staticmethod
-    def _gates_T(A: torch.Tensor) -> torch.Tensor:
-        """(3, m, m) per-gate matrices -> ``[A_z^T | A_r^T | A_h^T]`` (m, 3m)."""
-        return A.permute(2, 0, 1).flatten(1)
+    def _gates_T(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(3, m, m) per-gate matrices -> ``[A_z^T | A_r^T]`` (m, 2m) and ``A_h^T`` (m, m)."""
+        return A[:2].permute(2, 0, 1).flatten(1), A[2].T
 
-    def generate_T(self, W_out_T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Eq. 15-16, transposed: ``(W^t_{ℓ_P})^T`` (..., m, m) -> (W_H^T, W_X^T, b^T).
+    def _product_T(self, W_out_T: torch.Tensor, A: torch.Tensor, bias: torch.Tensor | None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``tanh(W^T A_g^T + bias_g^T)`` for the gates (z, r) side by side and for h.
 
-        Each is (..., m, 3m), the gates side by side: ``[W_z^T | W_r^T | W_h^T]``. W_H
-        multiplies H_{t-1}, W_X multiplies W̃_t (the same tensor unless "split").
+        W_out_T (..., m, m) -> (..., m, 2m) and (..., m, m). Each group is its own matrix
+        product over every word at once (matmul folds the leading dims into one), so its
+        output is contiguous: slicing one product into groups would cost strided copies in
+        the backward pass.
         """
-        m = self.m
-        blocks = [self.W_con, self.B_con] + ([self.W_con_x] if self.W_con_x is not None else [])
-        weights = torch.cat([self._gates_T(A) for A in blocks], dim=1)  # (m, 6m or 9m)
-        out = (W_out_T.reshape(-1, m) @ weights).view(*W_out_T.shape[:-1], -1)
-        parts = out.split(3 * m, dim=-1)  # split, not slices: its backward fills no zeros
-        W_H = torch.tanh(parts[0] + self._gates_T(self.b_con))  # Eq. 15
-        b = torch.tanh(parts[1])  # Eq. 16
+        A_zr, A_h = self._gates_T(A)
+        b_zr, b_h = self._gates_T(bias) if bias is not None else (0.0, 0.0)
+        return torch.tanh(W_out_T @ A_zr + b_zr), torch.tanh(W_out_T @ A_h + b_h)
+
+    def generate_T(self, W_out_T: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Eq. 15-16, transposed: ``(W^t_{ℓ_P})^T`` (..., m, m) -> W_H^T, W_X^T, b^T.
+
+        Each is a pair: the (z, r) gates side by side, ``[W_z^T | W_r^T]`` (..., m, 2m), and
+        ``W_h^T`` (..., m, m). W_H multiplies H_{t-1}, W_X multiplies W̃_t (the same tensors
+        unless "split").
+        """
+        W_H = self._product_T(W_out_T, self.W_con, self.b_con)  # Eq. 15
+        b = self._product_T(W_out_T, self.B_con, None)  # Eq. 16
         if self.W_con_x is None:
             return W_H, W_H, b
-        return W_H, torch.tanh(parts[2] + self._gates_T(self.b_con_x)), b
+        return W_H, self._product_T(W_out_T, self.W_con_x, self.b_con_x), b
 
     def forward(
         self,
@@ -226,10 +235,11 @@ class MatrixControlGRU(nn.Module):
         [, Δ (batch, 3, len_h)]."""
         m = self.m
         b_idx, t_idx, running = time_major_rows(hypothesis_mask)
-        W_H, W_X, b = self.generate_T(W_out[b_idx, t_idx].transpose(-1, -2))  # (N, m, 3m) each
-        # The W̃_t part of Eq. 10-12 for every step at once: W̃_t^T W_X^T + b^T, per gate group
+        # Eq. 15-16 for the N real words: ((N, m, 2m), (N, m, m)) each
+        W_H, W_X, b = self.generate_T(W_out[b_idx, t_idx].transpose(-1, -2))
+        (W_zr, W_n), (X_zr, X_n), (b_zr, b_n) = W_H, W_X, b
+        # The W̃_t part of Eq. 10-12 for every step at once: W̃_t^T W_X^T + b^T
         X = W_h[b_idx, t_idx].transpose(-1, -2)  # (N, m, m)
-        (W_zr, W_n), (X_zr, X_n), (b_zr, b_n) = (w.split([2 * m, m], dim=-1) for w in (W_H, W_X, b))
         pre_zr, pre_n = torch.baddbmm(b_zr, X, X_zr), torch.baddbmm(b_n, X, X_n)
         H = W_h.new_zeros(running[0], m, m)  # H_0^T = 0
         outputs = []
@@ -247,9 +257,10 @@ class MatrixControlGRU(nn.Module):
         h = scatter_rows(H_rows, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, d)
         change = None
         if return_change:
-            W = W_H if self.W_con_x is None else torch.cat([W_H, W_X], dim=-1)
-            rest = self.generate_T(W_out.new_zeros(m, m))
-            W0 = rest[0] if self.W_con_x is None else torch.cat([rest[0], rest[1]], dim=-1)
+            watched = (W_H,) if self.W_con_x is None else (W_H, W_X)  # Fig. 3's weights
+            W = torch.cat([part for group in watched for part in group], dim=-1)
+            rest = self.generate_T(W_out.new_zeros(m, m))[: len(watched)]
+            W0 = torch.cat([part for group in rest for part in group], dim=-1)
             W = scatter_rows(_by_gate(W), hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, 3, ·)
             change = _step_change(W, _by_gate(W0))
         return h, change
