@@ -9,6 +9,7 @@ from torch import nn
 from din_padded import padded_forward
 from din_reference import reference_forward, reference_layers
 from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import Dropout
 from entailment_lab.models.din import DIN
 from tests.conftest import fits_exactly
 
@@ -198,3 +199,19 @@ def test_details_shapes_and_ranges(variant):
     torch.testing.assert_close(norms[0, :, :5].amax(-1), torch.ones(4))  # min-max per row
     assert (norms[1] == 0).all()  # one-word premise: nothing to normalise
     assert out["premise_mask"] is pm and out["hypothesis_mask"] is hm
+
+
+def test_cpu_dropout_keeps_the_expectation_and_rate():
+    torch.manual_seed(0)
+    dropout, x = Dropout(0.2), torch.ones(200_000)
+    y = dropout(x)
+    assert set(y.unique().tolist()) == {0.0, 1.25}  # dropped, or scaled by 1 / (1 - p)
+    assert abs(float((y == 0).float().mean()) - 0.2) < 0.01
+    assert abs(float(y.mean()) - 1.0) < 0.01
+    dropout.eval()
+    assert dropout(x) is x
+    x.requires_grad_()
+    dropout.train()
+    y = dropout(x)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, (y != 0).float() * 1.25)  # the kept entries' scale

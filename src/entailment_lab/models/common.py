@@ -149,8 +149,8 @@ class Dropout(nn.Dropout):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0 or x.device.type != "cpu":
             return super().forward(x)
-        keep = torch.empty_like(x).uniform_() >= self.p
-        return x * keep * (1.0 / (1.0 - self.p))
+        keep = (torch.empty_like(x).uniform_() >= self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * keep
 
 
 def count_trainable_parameters(module: nn.Module, exclude: nn.Module | None = None) -> int:

@@ -26,6 +26,7 @@ from entailment_lab.models.common import (
     check_choice,
     count_trainable_parameters,
     longest_first,
+    run_packed,
     scatter_rows,
 )
 
@@ -271,7 +272,9 @@ class VectorControlGRU(nn.Module):
 
     ``V^t = VECTORIZE(W^t_{ℓ_P})``, ``W^t_g = W^g_con V^t + b^g_con`` and ``b^t_g = B^g_con V^t``
     (d-vectors) for g ∈ (z, r, h). ``"diagonal"``: ``W^t_g ⊙ h + W^t_g ⊙ x``; ``"row_scale"``:
-    ``W^t_g ⊙ (U_h h + U_x x)`` with static ``U_h`` (3, d, d), ``U_x`` (3, d, d_x).
+    ``W^t_g ⊙ (U_h h + U_x x)`` with static ``U_h`` (3, d, d), ``U_x`` (3, d, d_x). The weights
+    of every real word are generated at once; the recurrence visits the real words only
+    (``time_major_rows``).
     """
 
     def __init__(self, d: int, input_size: int, weights: str = "diagonal") -> None:
@@ -312,32 +315,31 @@ class VectorControlGRU(nn.Module):
         return_change: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """W_out (batch, len_h, m, m), x (batch, len_h, d_x) -> h_t (batch, len_h, d) [, Δ]."""
-        mask_t = hypothesis_mask.T  # (len_h, batch): real words in step-major order
-        V = W_out.transpose(0, 1)[mask_t].flatten(1)  # Eq. 18, V^t = VECTORIZE(W^t_{ℓ_P}): (N, d)
-        batch, d = x.shape[0], V.shape[-1]
+        b_idx, t_idx, running = time_major_rows(hypothesis_mask)  # the real words, step by step
+        V = W_out[b_idx, t_idx].flatten(1)  # Eq. 18, V^t = VECTORIZE(W^t_{ℓ_P}): (N, d)
+        d = V.shape[-1]
         W, b = self.generate(V)  # Eq. 18-19: (N, 3, d)
-        x_rows = x.transpose(0, 1)[mask_t]  # (N, d_x)
-        pre_x = W * self._static(self.U_x, x_rows) + b  # W^t_g ⊙ (U_x) x_t + b^t_g: (N, 3, d)
+        pre_x = W * self._static(self.U_x, x[b_idx, t_idx]) + b  # W^t_g ⊙ (U_x) x_t + b^t_g
         U_zr = None if self.U_h is None else self.U_h[:2]
         U_n = None if self.U_h is None else self.U_h[2:]
-        h = V.new_zeros(batch, d)  # h_0 = 0
+        h = V.new_zeros(running[0], d)  # h_0 = 0
         outputs = []
-        for W_t, pre_t in zip(
-            scatter_rows(W, mask_t).unbind(0), scatter_rows(pre_x, mask_t).unbind(0), strict=True
-        ):  # (batch, 3, d) each; unbind, not [t]: a cheap backward
-            w_z, w_r, w_n = W_t.unbind(1)  # W^t_g: (batch, d)
+        for W_t, pre_t in zip(W.split(running), pre_x.split(running), strict=True):
+            h = h[: len(W_t)]  # rows past their hypothesis's end drop out
+            w_z, w_r, w_n = W_t.unbind(1)  # W^t_g: (n, d)
             pre_z, pre_r, pre_n = pre_t.unbind(1)
             h_z, h_r = (h, h) if U_zr is None else self._static(U_zr, h).unbind(1)  # (U^g_h)h
             z = torch.sigmoid(w_z * h_z + pre_z)  # Eq. 17: σ(W^t_z·[h_{t-1}, x_t] + b^t_z)
             r = torch.sigmoid(w_r * h_r + pre_r)
             h_tilde = torch.tanh(w_n * self._static(U_n, r * h)[:, 0] + pre_n)
-            h = (1 - z) * h + z * h_tilde
+            h = torch.lerp(h, h_tilde, z)  # (1 - z) ⊙ h + z ⊙ h̃
             outputs.append(h)
+        h_all = scatter_rows(torch.cat(outputs), hypothesis_mask, (b_idx, t_idx))  # (b, len_h, d)
         change = None
         if return_change:
-            W = scatter_rows(W, mask_t).transpose(0, 1)  # (batch, len_h, 3, d)
+            W = scatter_rows(W, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, 3, d)
             change = _step_change(W, self.generate(V.new_zeros(d))[0])
-        return torch.stack(outputs, dim=1), change
+        return h_all, change
 
 
 class StaticControlGRU(nn.Module):
@@ -356,9 +358,9 @@ class StaticControlGRU(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """W_out (batch, len_h, m, m), x (batch, len_h, d_x) -> h_t (batch, len_h, d) [, Δ]."""
         inputs = torch.cat([x, W_out.flatten(2)], dim=-1)  # [x_t; V^t]: (batch, len_h, d_x + d)
-        # h_0 = 0; unpacked: padding trails, so real positions equal a packed run's and
-        # padded ones are never read
-        h, _ = self.gru(inputs)
+        # h_0 = 0; packed, unlike the encoder: batches are bucketed by premise length, so
+        # hypothesis padding is large (about half the positions) and a packed run skips it
+        h = run_packed(self.gru, inputs, hypothesis_mask)
         if not return_change:
             return h, None
         # Recompute the gate activations from the outputs (PyTorch's GRU: r, z, n order).
