@@ -6,7 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from entailment_lab.cli import set_threads
+from entailment_lab.cli import auto_threads, parallel_jobs, set_threads
 from entailment_lab.config import configured_max_epochs
 from entailment_lab.errors import ConfigError
 from tests.conftest import REPO, compose_cfg
@@ -135,19 +135,66 @@ def restore_threads():
 
 
 @pytest.mark.parametrize("config", ["train", "eval", "predict", "explain"])
-def test_every_entry_point_defaults_to_one_thread(config, tmp_path):
+def test_every_entry_point_defaults_to_auto_threads(config, tmp_path):
     overrides = ["ckpt_path=x.ckpt"] if config != "train" else []
-    assert compose_cfg(overrides, tmp_path, config_name=config).threads == 1
+    assert compose_cfg(overrides, tmp_path, config_name=config).threads == "auto"
 
 
 def test_threads_setting_and_omp_num_threads_wins(monkeypatch, restore_threads):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert set_threads(2) == "torch threads: 2 (threads=2; OMP_NUM_THREADS=N overrides)"
+    assert set_threads(2) == ("torch threads: 2 (threads=2; threads=N or OMP_NUM_THREADS=N to "
+                              "choose)")
     assert torch.get_num_threads() == 2
     assert set_threads(None).endswith("(torch's default)") and torch.get_num_threads() == 2
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert set_threads(1).endswith("(OMP_NUM_THREADS)") and torch.get_num_threads() == 2
     monkeypatch.delenv("OMP_NUM_THREADS")
     for bad in (0, -1, "two", True, 1.5):
-        with pytest.raises(ConfigError, match=r"threads must be a positive integer or null"):
+        with pytest.raises(ConfigError, match=r"threads must be threads=auto, a positive integer"):
             set_threads(bad)
+
+
+@pytest.mark.parametrize(("usage", "jobs", "expected"), [
+    ([2.0, 3.0, 1.0, 0.0], 1, 4),       # idle: every core
+    ([100.0, 0.0, 0.0, 0.0], 1, 3),     # another job holds a core
+    ([60.0, 40.0, 30.0, 20.0], 1, 2),   # 1.5 cores' worth of work spread over four: 2 busy
+    ([100.0] * 4, 1, 1),                # all busy: still one
+    ([0.0] * 4, 2, 2),                  # idle, two jobs of a parallel sweep: half each
+    ([0.0] * 4, 8, 1),
+])
+def test_auto_threads_takes_the_idle_cores(monkeypatch, usage, jobs, expected):
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval, percpu: usage)
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    threads, reason = auto_threads(jobs)
+    assert threads == expected
+    assert reason.startswith("auto: 4 core(s)")
+
+
+def test_auto_threads_counts_only_the_cores_this_process_may_use(monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval, percpu: [100.0, 100.0, 0, 0])
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {2, 3}, raising=False)
+    assert auto_threads() == (2, "auto: 2 core(s), 0 busy")  # a SLURM / container allotment
+
+
+def test_parallel_jobs_of_a_joblib_sweep(tmp_path):
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import read_write
+
+    def multirun() -> None:
+        with read_write(HydraConfig.get()):
+            HydraConfig.get().mode = RunMode.MULTIRUN
+
+    compose_cfg(["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3"], tmp_path)
+    assert parallel_jobs() == 1  # a single run (hydra.mode RUN), whatever the launcher
+    multirun()
+    assert parallel_jobs() == 3
+    compose_cfg([], tmp_path)  # the basic launcher runs a sweep's jobs one after another
+    multirun()
+    assert parallel_jobs() == 1
