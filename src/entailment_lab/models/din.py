@@ -322,7 +322,7 @@ class VectorControlGRU(nn.Module):
         pre_x = W * self._static(self.U_x, x[b_idx, t_idx]) + b  # W^t_g ⊙ (U_x) x_t + b^t_g
         U_zr = None if self.U_h is None else self.U_h[:2]
         U_n = None if self.U_h is None else self.U_h[2:]
-        h = V.new_zeros(running[0], d)  # h_0 = 0
+        h = pre_x.new_zeros(running[0], d)  # h_0 = 0, in the dtype of the gates (autocast)
         outputs = []
         for W_t, pre_t in zip(W.split(running), pre_x.split(running), strict=True):
             h = h[: len(W_t)]  # rows past their hypothesis's end drop out
