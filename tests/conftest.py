@@ -17,7 +17,7 @@ from omegaconf import DictConfig, open_dict
 from torch import nn
 
 from entailment_lab.cli import CONFIG_DIR, register_resolvers
-from entailment_lab.data.demo import write_demo_corpus
+from entailment_lab.data.demo import write_demo_corpus, write_jsonl
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,6 +32,17 @@ def pair_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """train / validation / test JSONL files of templated pairs (60 / 30 / 30)."""
     folder = tmp_path_factory.mktemp("pairs")
     return write_demo_corpus(folder, sizes={"train": 60, "validation": 30, "test": 30}, seed=7)
+
+
+@pytest.fixture(scope="session")
+def sentence_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A tiny 5-class sentence corpus in the SST schema (``sentence``, ``label``)."""
+    words = ["awful", "bad", "fine", "good", "great"]
+    rows = [{"sentence": f"the film is {words[i % 5]} and {words[(i * 7) % 5]} .", "label": i % 5}
+            for i in range(40)]
+    folder = tmp_path_factory.mktemp("sst")
+    return {s: str(write_jsonl(rows, folder / f"{s}.jsonl")) for s in ("train", "validation",
+                                                                       "test")}
 
 
 def file_overrides(files: dict[str, str]) -> list[str]:

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from entailment_lab.data.demo import write_jsonl
 from entailment_lab.pipeline import evaluate, train
 from tests.conftest import FAST, compose_cfg, file_overrides
 
@@ -42,17 +41,6 @@ def test_pair_model_fast_dev_run(model, pair_files, tmp_path):
     assert 0.0 <= metrics["test/acc"] <= 1.0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "completed" and results["params"]["trainable"] > 0
-
-
-@pytest.fixture(scope="module")
-def sentence_files(tmp_path_factory) -> dict[str, str]:
-    """A tiny 5-class sentence corpus in the SST schema (``sentence``, ``label``)."""
-    words = ["awful", "bad", "fine", "good", "great"]
-    rows = [{"sentence": f"the film is {words[i % 5]} and {words[(i * 7) % 5]} .", "label": i % 5}
-            for i in range(40)]
-    folder = tmp_path_factory.mktemp("sst")
-    return {s: str(write_jsonl(rows, folder / f"{s}.jsonl")) for s in ("train", "validation",
-                                                                       "test")}
 
 
 def test_sentence_model_on_sentence_data(sentence_files, tmp_path):

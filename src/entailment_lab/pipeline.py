@@ -14,6 +14,7 @@ from typing import Any
 
 import hydra
 import lightning as L
+from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
@@ -179,17 +180,37 @@ def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Fail before any data is read: required (``???``) values, then the model's own checks
-    of its ``model.net`` values (``Network.check_config``; e.g. ``dim`` for DIN)."""
+    """Fail before any data is read: required (``???``) values, the trainer's precision
+    (``check_precision``), then the model's own checks of its ``model.net`` values
+    (``Network.check_config``; e.g. ``dim`` for DIN)."""
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise ConfigError(
             f"required config value(s) not set: {', '.join(missing)}; give them on the command "
             f"line, e.g. {missing[0]}=..."
         )
+    if "trainer" in cfg:
+        check_precision(cfg.trainer)
     if "model" in cfg:  # the model's own cheap checks, e.g. DIN's perfect-square dim
         network_class(cfg.model.net).check_config(OmegaConf.to_container(cfg.model.net,
                                                                          resolve=True))
+
+
+def check_precision(trainer_cfg: Mapping[str, Any]) -> None:
+    """Refuse ``precision=16-mixed`` (or ``16``) on a CPU: Lightning only warns there and trains
+    in ``bf16-mixed`` instead (float16 autocast is for GPUs), so the run would record one
+    precision and train in another. The accelerator is resolved as Lightning's ``auto`` does
+    (a GPU if one is there)."""
+    if str(trainer_cfg.get("precision")) not in ("16", "16-mixed"):
+        return
+    accelerator = str(trainer_cfg.get("accelerator", "auto"))
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not CUDAAccelerator.is_available()
+                                      and not MPSAccelerator.is_available())
+    if on_cpu:
+        raise ConfigError(
+            f"trainer.precision={trainer_cfg.get('precision')} (float16 mixed precision) needs a "
+            "GPU; on CPU Lightning would only warn and train in bf16-mixed instead. Use "
+            "trainer.precision=bf16-mixed on CPU, or trainer=gpu on a GPU machine")
 
 
 def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:

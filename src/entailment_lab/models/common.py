@@ -69,17 +69,31 @@ def masked_fill_value(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).min
 
 
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 if it is float16 or bfloat16 (autocast's matmul outputs); float32 and
+    float64 tensors are returned as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax over ``dim`` that gives exactly zero weight where ``mask`` is False.
 
-    ``mask`` must broadcast to ``scores``.
+    ``mask`` must broadcast to ``scores``. Computed in float32 at least: under mixed precision
+    the scores come from matmuls in bfloat16 / float16, too coarse for exponentials and their
+    sum. The weights stay float32, as CUDA autocast's own softmax returns them.
     """
+    scores = _at_least_float32(scores)
     scores = scores.masked_fill(~mask, masked_fill_value(scores.dtype))
     return torch.softmax(scores, dim=dim) * mask
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` (batch, length, features) over real positions of ``mask`` (batch, length)."""
+    """Mean of ``x`` (batch, length, features) over real positions of ``mask`` (batch, length).
+
+    Summed in float32 at least (a float32 result for bfloat16 / float16 ``x``), as CUDA
+    autocast runs every ``sum``: a half-precision total over a long sentence loses digits.
+    """
+    x = _at_least_float32(x)
     weights = mask.unsqueeze(-1).to(x.dtype)  # (batch, length, 1)
     return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
 
