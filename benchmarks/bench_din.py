@@ -53,6 +53,7 @@ from entailment_lab.embeddings import glove_6b_50d, random_embeddings  # noqa: E
 from entailment_lab.models.din import DIN  # noqa: E402
 
 Batch = dict[str, torch.Tensor]
+Shape = tuple[int, ...]
 KEYS = ("premise", "premise_mask", "hypothesis", "hypothesis_mask")
 
 
@@ -115,9 +116,21 @@ def seconds(fn: Callable[[Batch], None], batches: list[Batch]) -> float:
     return time.perf_counter() - start
 
 
+def _addmm_(self_shape: Shape, a_shape: Shape, b_shape: Shape, *_: object, **__: object) -> int:
+    return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+
+def _baddbmm_(self_shape: Shape, a_shape: Shape, b_shape: Shape, *_: object, **__: object) -> int:
+    return 2 * a_shape[0] * a_shape[1] * a_shape[2] * b_shape[2]
+
+
+# flop_counter knows the out-of-place products only; the models also add products in place.
+IN_PLACE_PRODUCTS = {torch.ops.aten.addmm_: _addmm_, torch.ops.aten.baddbmm_: _baddbmm_}
+
+
 def gflop(fn: Callable[[Batch], None], batches: list[Batch]) -> float:
     """Matrix-product GFLOP per batch of ``fn``, counted (torch.utils.flop_counter)."""
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=IN_PLACE_PRODUCTS) as counter:
         for batch in batches:
             fn(batch)
     return counter.get_total_flops() / 1e9 / len(batches)

@@ -125,30 +125,107 @@ class Interaction(nn.Module):
         order, running = longest_first(premise_mask.sum(dim=1)[b_idx], len_p)
         b_idx, t_idx = b_idx[order], t_idx[order]
         X = W_h[b_idx, t_idx].transpose(-1, -2).contiguous()  # W̃_t^T of each row: (N, m, m)
-        # W̃'_τ^T, time-major: each step's (batch, m, m) block is contiguous; unbind, not
-        # [τ]: indexing in a loop costs a full-size zero tensor per step in the backward pass.
-        W_p_steps = W_p.permute(1, 0, 3, 2).contiguous().unbind(0)
-        S = X.clone() if self.init == "hypothesis" else torch.zeros_like(X)  # (W^t_0)^T
-        W_inter_T, b_inter_T = self.W_inter.T, self.b_inter.T
-        finished, norms = [], []  # final states of rows whose premise has ended
-        for W_p_tau, n in zip(W_p_steps, running, strict=True):
-            if n < len(S):  # rows n.. have passed their premise's end: S is (W^t_{ℓ_P})^T
-                finished.append(S[n:])
-                S, X = S[:n], X[:n]  # views taken when n changes, not every step
-            # (W^t_{τ-1})^T W_inter^T + b_inter^T + W̃_t^T W̃'_τ^T: (n, m, m). matmul folds the
-            # first product into one (n·m, m) by (m, m) product and returns a tensor that is no
-            # view, so the rest can run in place (no product's backward needs its own output,
-            # tanh keeps its result); in place on a view, autograd would copy whole gradients.
-            pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
-            S = pre.baddbmm_(X, W_p_tau.index_select(0, b_idx[:n])).tanh_()
-            if return_norms:
-                norms.append(F.pad(S.flatten(1).norm(dim=1), (0, len(order) - n)))  # (N,)
-        S = torch.cat([S, *reversed(finished)])  # (W^t_{ℓ_P})^T, all N rows in order
+        W_p_steps = W_p.permute(1, 0, 3, 2).contiguous()  # W̃'_τ^T, time-major: (len_p, batch, m, m)
+        hypothesis_init = self.init == "hypothesis"
+        if torch.is_grad_enabled() and not return_norms and not torch.is_autocast_enabled(
+                X.device.type):  # training in float32: the loop with a hand-written backward
+            S = _InteractionLoop.apply(X, W_p_steps, self.W_inter, self.b_inter, b_idx, running,
+                                       hypothesis_init)
+        else:
+            S, norms = _interaction_loop(X, W_p_steps, self.W_inter, self.b_inter, b_idx,
+                                         running, hypothesis_init, return_norms)
         out = scatter_rows(S.transpose(-1, -2), hypothesis_mask, (b_idx, t_idx))
         if not return_norms:
             return out, None  # (batch, len_h, m, m)
         norms_rows = torch.stack(norms, dim=1)  # (N, len_p)
         return out, scatter_rows(norms_rows, hypothesis_mask, (b_idx, t_idx))
+
+
+def _interaction_loop(
+    X: torch.Tensor,
+    W_p_steps: torch.Tensor,
+    W_inter: torch.Tensor,
+    b_inter: torch.Tensor,
+    b_idx: torch.Tensor,
+    running: list[int],
+    hypothesis_init: bool,
+    return_norms: bool = False,
+    states: list[torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Eq. 8 over the premise, transposed: ``S_τ = tanh(S_{τ-1} W_inter^T + b_inter^T + X
+    W̃'_τ^T)`` for the rows still inside their premise (the first ``running[τ]``).
+
+    X (N, m, m): ``W̃_t^T`` of each row; W_p_steps (len_p, batch, m, m): ``W̃'_τ^T``; b_idx
+    (N,): each row's pair. Returns ``(W^t_{ℓ_P})^T`` of every row (N, m, m) and, with
+    ``return_norms``, ``‖W^t_τ‖_F`` per step ((N,) each, 0 once a row has ended). ``states``,
+    if given, receives S_0 and every S_τ (for ``_InteractionLoop``'s backward).
+    """
+    S = X.clone() if hypothesis_init else torch.zeros_like(X)  # (W^t_0)^T
+    W_inter_T, b_inter_T = W_inter.T, b_inter.T
+    finished, norms = [], []  # final states of rows whose premise has ended
+    if states is not None:
+        states.append(S)
+    for tau, n in enumerate(running):
+        if n < len(S):  # rows n.. have passed their premise's end: S is (W^t_{ℓ_P})^T
+            finished.append(S[n:])
+            S, X = S[:n], X[:n]  # views taken when n changes, not every step
+        # (W^t_{τ-1})^T W_inter^T + b_inter^T + W̃_t^T W̃'_τ^T: (n, m, m). matmul folds the first
+        # product into one (n·m, m) by (m, m) product and returns a tensor that is no view, so
+        # the rest can run in place (no product's backward needs its own output, tanh keeps
+        # its result); in place on a view, autograd would copy whole gradients.
+        pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
+        S = pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n])).tanh_()
+        if states is not None:
+            states.append(S)
+        if return_norms:
+            norms.append(F.pad(S.flatten(1).norm(dim=1), (0, len(b_idx) - n)))  # (N,)
+    return torch.cat([S, *reversed(finished)]), norms  # all N rows, in order
+
+
+class _InteractionLoop(torch.autograd.Function):
+    """``_interaction_loop`` with a hand-written backward (float32 training only).
+
+    The same arithmetic as autograd's, with fewer passes over memory: the gradient of every
+    row's state is kept in one buffer updated in place step by step, and the weights'
+    gradients are accumulated in place, instead of a new tensor and an accumulation per
+    operation and step. ``tests/test_din_model.py`` checks outputs and gradients against the
+    naive reference (float64).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, X: torch.Tensor, W_p_steps: torch.Tensor, W_inter: torch.Tensor,
+                b_inter: torch.Tensor, b_idx: torch.Tensor, running: list[int],
+                hypothesis_init: bool) -> torch.Tensor:
+        states: list[torch.Tensor] = []
+        S, _ = _interaction_loop(X, W_p_steps, W_inter, b_inter, b_idx, running,
+                                 hypothesis_init, states=states)
+        ctx.save_for_backward(X, W_p_steps, W_inter, b_idx, *states)
+        ctx.running, ctx.hypothesis_init = running, hypothesis_init
+        return S
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_S: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        X, W_p_steps, W_inter, b_idx, *states = ctx.saved_tensors
+        m = X.shape[-1]
+        G = grad_S.contiguous().clone()  # dL/dS_τ of each row at the step being undone
+        grad_X, grad_W_p = torch.zeros_like(X), torch.zeros_like(W_p_steps)
+        grad_W_inter_T, grad_b_T = W_inter.new_zeros(m, m), W_inter.new_zeros(m, m)
+        for tau in reversed(range(len(ctx.running))):
+            n = ctx.running[tau]
+            # Rows [:n] ran step τ; G holds dL/dS_τ (written by step τ+1, or the output's
+            # gradient for rows whose premise ended at τ).
+            d = torch.ops.aten.tanh_backward(G[:n], states[tau + 1])  # dL/d(pre-activation)
+            S_prev, X_n = states[tau][:n], X[:n]
+            W_p_rows = W_p_steps[tau].index_select(0, b_idx[:n])
+            grad_X[:n].baddbmm_(d, W_p_rows.transpose(-1, -2))  # of X W̃'^T
+            grad_W_p[tau].index_add_(0, b_idx[:n], torch.bmm(X_n.transpose(-1, -2), d))
+            grad_W_inter_T.addmm_(S_prev.reshape(-1, m).T, d.view(-1, m))  # of S W_inter^T
+            grad_b_T += d.sum(dim=0)
+            torch.mm(d.view(-1, m), W_inter, out=G[:n].view(-1, m))  # dL/dS_{τ-1}
+        if ctx.hypothesis_init:
+            grad_X += G  # S_0 = X
+        return grad_X, grad_W_p, grad_W_inter_T.T, grad_b_T.T, None, None, None
 
 
 def time_major_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
