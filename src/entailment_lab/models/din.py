@@ -127,8 +127,9 @@ class Interaction(nn.Module):
         X = W_h[b_idx, t_idx].transpose(-1, -2).contiguous()  # W̃_t^T of each row: (N, m, m)
         W_p_steps = W_p.permute(1, 0, 3, 2).contiguous()  # W̃'_τ^T, time-major: (len_p, batch, m, m)
         hypothesis_init = self.init == "hypothesis"
-        if torch.is_grad_enabled() and not return_norms and not torch.is_autocast_enabled(
-                X.device.type):  # training in float32: the loop with a hand-written backward
+        autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
+        if torch.is_grad_enabled() and not return_norms and not autocast:
+            # training without mixed precision: the loop with a hand-written backward
             S = _InteractionLoop.apply(X, W_p_steps, self.W_inter, self.b_inter, b_idx, running,
                                        hypothesis_init)
         else:
