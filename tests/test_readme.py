@@ -37,7 +37,8 @@ PATH_KEYS = re.compile(r"^(ckpt_path|data_root|data\.files\.\w+|paths\.\w+)$")
 TINY = {
     "benchmarks/bench_tokenize.py": ["--pairs", "2000", "--num-proc", "1"],
     "benchmarks/bench_din.py": ["--dims", "16", "--variants", "din1", "--steps", "1",
-                                "--batch", "4", "--no-reference"],
+                                "--warmup", "1", "--rounds", "1", "--batch", "4",
+                                "--embeddings", "random", "--threads", "1"],
 }
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
        "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -189,8 +189,8 @@ class _InteractionLoop(torch.autograd.Function):
     The same arithmetic as autograd's, with fewer passes over memory: the gradient of every
     row's state is kept in one buffer updated in place step by step, and the weights'
     gradients are accumulated in place, instead of a new tensor and an accumulation per
-    operation and step. ``tests/test_din_model.py`` checks outputs and gradients against the
-    naive reference (float64).
+    operation and step. ``tests/test_din_model.py`` gradchecks it (both initial states) and
+    compares the model's gradients with the padded implementation's (float64).
     """
 
     @staticmethod
@@ -254,10 +254,10 @@ class MatrixControlGRU(nn.Module):
     g ∈ (z, r, h), stacked on dim 0 of ``W_con``/``b_con``/``B_con`` (3, m, m).
 
     Computed on transposed matrices, ``(A B)^T = B^T A^T``: the generated weights of every real
-    word and gate come from one matrix product, ``(W^t_{ℓ_P})^T [W^z_con{}^T | W^r_con{}^T | …
-    | B^h_con{}^T]``, and a step of the recurrence is two batched products, ``H^T [W_z^T |
-    W_r^T]`` (both gates at once) and ``(R ⊙ H)^T W_h^T``. The recurrence visits the real words
-    only (``time_major_rows``): padding is never stepped through.
+    word come from one matrix product per gate group, e.g. ``(W^t_{ℓ_P})^T [W^z_con{}^T |
+    W^r_con{}^T]`` for z and r together, and a step of the recurrence is two batched products,
+    ``H^T [W_z^T | W_r^T]`` (both gates at once) and ``(R ⊙ H)^T W_h^T``. The recurrence
+    visits the real words only (``time_major_rows``): padding is never stepped through.
     """
 
     def __init__(self, m: int, weights: str = "shared") -> None:
