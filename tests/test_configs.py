@@ -6,7 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from entailment_lab.cli import auto_threads, parallel_jobs, set_threads
+from entailment_lab.cli import auto_threads, parallel_jobs, processes_per_run, set_threads
 from entailment_lab.config import configured_max_epochs
 from entailment_lab.errors import ConfigError
 from tests.conftest import REPO, compose_cfg
@@ -159,7 +159,7 @@ def test_threads_setting_and_omp_num_threads_wins(monkeypatch, restore_threads):
     ([100.0, 0.0, 0.0, 0.0], 1, 3),     # another job holds a core
     ([60.0, 40.0, 30.0, 20.0], 1, 2),   # 1.5 cores' worth of work spread over four: 2 busy
     ([100.0] * 4, 1, 1),                # all busy: still one
-    ([0.0] * 4, 2, 2),                  # idle, two jobs of a parallel sweep: half each
+    ([0.0] * 4, 2, 2),                  # idle, two processes started together: half each
     ([0.0] * 4, 8, 1),
 ])
 def test_auto_threads_takes_the_idle_cores(monkeypatch, usage, jobs, expected):
@@ -198,3 +198,9 @@ def test_parallel_jobs_of_a_joblib_sweep(tmp_path):
     compose_cfg([], tmp_path)  # the basic launcher runs a sweep's jobs one after another
     multirun()
     assert parallel_jobs() == 1
+
+
+def test_ddp_ranks_share_the_cores(tmp_path):
+    assert processes_per_run(compose_cfg(["trainer=ddp", "trainer.devices=4"], tmp_path)) == 4
+    assert processes_per_run(compose_cfg(["trainer=ddp", "trainer.devices=auto"], tmp_path)) == 1
+    assert processes_per_run(compose_cfg([], tmp_path)) == 1

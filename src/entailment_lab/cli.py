@@ -41,13 +41,14 @@ def register_resolvers() -> None:
 THREADS_HELP = "threads=auto, a positive integer, or null (torch's default)"
 
 
-def set_threads(threads: object) -> str:
+def set_threads(threads: object, processes: int = 1) -> str:
     """The CPU thread policy of every entry point; returns a line saying what was chosen.
 
     ``OMP_NUM_THREADS``, when set, wins (torch reads it itself). Otherwise ``threads``: a
     positive int; null for torch's own default (one thread per physical core); or ``auto``
     (the configs' default), ``auto_threads()``: the cores this process may use that are not
-    busy now, shared among the jobs a parallel sweep runs at once. Why (README, "Threads"): on
+    busy now, shared among the jobs a parallel sweep runs at once and the ``processes`` each
+    job starts (DDP ranks). Why (README, "Threads"): on
     a 2-core machine DIN-1 20×20 trains 1.6× faster with 2 threads than with 1 when the machine
     is idle, and 47× slower when another job keeps the second core busy.
     """
@@ -58,7 +59,7 @@ def set_threads(threads: object) -> str:
     if threads is None:
         return f"torch threads: {torch.get_num_threads()} (torch's default)"
     if threads == "auto":
-        threads, reason = auto_threads(parallel_jobs())
+        threads, reason = auto_threads(parallel_jobs() * processes)
     elif isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads must be {THREADS_HELP}, got {threads!r}; e.g. threads=2")
     else:
@@ -68,7 +69,7 @@ def set_threads(threads: object) -> str:
 
 
 def auto_threads(jobs: int = 1, sample_s: float = 0.2) -> tuple[int, str]:
-    """Threads for one of ``jobs`` runs started together: free cores // jobs, at least 1.
+    """Threads for one of ``jobs`` processes started together: free cores // jobs, at least 1.
 
     Free cores: the physical cores this process may run on (its CPU affinity: a SLURM or
     container allotment) less the cores' worth of work the machine runs now (CPU use summed
@@ -86,8 +87,18 @@ def auto_threads(jobs: int = 1, sample_s: float = 0.2) -> tuple[int, str]:
     cores = min(logical, physical)  # hyper-threads add little to matrix products
     free = max(1, cores - busy)
     threads = max(1, free // max(1, jobs))
-    jobs_note = f", shared by {jobs} parallel jobs" if jobs > 1 else ""
+    jobs_note = f", shared by {jobs} processes" if jobs > 1 else ""
     return threads, f"auto: {cores} core(s), {busy} busy{jobs_note}"
+
+
+def processes_per_run(cfg: DictConfig) -> int:
+    """Training processes one run starts on this machine: ``trainer.devices`` under a DDP
+    strategy (each rank is a process), else 1."""
+    trainer = cfg.get("trainer") or {}
+    devices = trainer.get("devices")
+    if "ddp" in str(trainer.get("strategy", "")) and isinstance(devices, int) and devices > 1:
+        return devices
+    return 1
 
 
 def parallel_jobs() -> int:
@@ -115,7 +126,8 @@ def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> f
     trial and goes on (Optuna refuses NaN and would stop the whole sweep).
     """
     try:
-        logging.getLogger(__name__).info(set_threads(cfg.get("threads", "auto")))
+        logging.getLogger(__name__).info(set_threads(cfg.get("threads", "auto"),
+                                                     processes_per_run(cfg)))
         metrics = task(cfg)
     except RunInterruptedError as err:
         sys.exit(err.exit_code)
