@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import ProgressBar
 
 from entailment_lab.errors import ConfigError
-from entailment_lab.pipeline import evaluate, load_trained, train
+from entailment_lab.pipeline import build_callbacks, evaluate, load_trained, train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
@@ -26,6 +27,16 @@ def test_fast_dev_run_writes_results(pair_files, tmp_path):
     assert results["status"] == "completed" and results["model"] == "lstm"
     assert results["params"]["trainable"] > 0
     assert "test/acc" in metrics and len(results["test_confusion_matrix"]) == 3
+
+
+def test_progress_bar_switched_off_on_the_trainer(pair_files, tmp_path):
+    # trainer.enable_progress_bar=false drops the callbacks group's bar (Lightning refuses both).
+    fast = [o for o in FAST if not o.startswith("callbacks.rich_progress_bar")]
+    cfg = compose_cfg([*LSTM, *fast, *file_overrides(pair_files), "debug=fast",
+                       "trainer.enable_progress_bar=false"], tmp_path)
+    assert cfg.callbacks.rich_progress_bar is not None
+    assert not any(isinstance(c, ProgressBar) for c in build_callbacks(cfg, has_logger=False))
+    assert "test/acc" in train(cfg)
 
 
 def test_overfit_fixture_reaches_full_training_accuracy(pair_files, tmp_path):

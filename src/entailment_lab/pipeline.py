@@ -15,7 +15,7 @@ from typing import Any
 import hydra
 import lightning as L
 from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -95,6 +95,10 @@ def build_module(cfg: DictConfig, net: Network, embedding: nn.Embedding,
 
 
 def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[L.Callback]:
+    """The ``callbacks`` group's callbacks, less those the run switched off elsewhere: the
+    progress bar under ``trainer.enable_progress_bar=false`` (Lightning refuses both at once)
+    and the learning-rate monitor without a logger."""
+    no_bar = (cfg.get("trainer") or {}).get("enable_progress_bar") is False
     callbacks = []
     for name, node in (cfg.get("callbacks") or {}).items():
         if node is None or "_target_" not in node:
@@ -102,6 +106,8 @@ def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[L.Callback]:
         callback = instantiate(node, f"callbacks.{name}")
         if isinstance(callback, LearningRateMonitor) and not has_logger:
             continue  # it refuses to run without a logger
+        if isinstance(callback, ProgressBar) and no_bar:
+            continue
         callbacks.append(callback)
     return callbacks
 
