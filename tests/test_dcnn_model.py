@@ -189,6 +189,31 @@ def test_details_report_per_sample_k():
     assert out["features"].shape == (2, 14 * 24 * 4)
 
 
+def test_k_from_the_convolution_length_as_the_port_reads_eq_4():
+    # k_length=convolution: s of Eq. 4 is the layer's wide-convolution output, s + m - 1.
+    model = dcnn(num_classes=2, k_length="convolution").eval()
+    ids, mask = random_batch([18, 3])
+    out = model(ids, mask, return_details=True)
+    # k_1 = max(4, ceil((s + 7 - 1) / 2)): 12 and 5; the top layer keeps k_top = 4.
+    assert out["k"].tolist() == [[12, 4], [5, 4]]
+
+
+def test_glorot_init_uses_lasagnes_bounds():
+    torch.manual_seed(0)
+    model = dcnn(num_classes=6, init="glorot")
+    # Lasagne GlorotUniform of a (maps_out, maps_in, rows, m) weight:
+    # sqrt(6 / ((in + out) * rows * m)).
+    for layer, (maps_in, maps_out, rows, m) in zip(
+            model.encoder.layers, [(1, 6, 48, 7), (6, 14, 48, 5)], strict=True):
+        bound = (6 / ((maps_in + maps_out) * rows * m)) ** 0.5
+        assert 0.9 * bound < float(layer.weight.abs().max()) <= bound
+    out_bound = (6 / (14 * 24 * 4 + 6)) ** 0.5
+    assert 0.9 * out_bound < float(model.output.weight.abs().max()) <= out_bound
+    assert not model.output.bias.any()
+    fan_in = dcnn(num_classes=6).encoder.layers[0].weight
+    assert float(fan_in.abs().max()) > 0.9 / 7**0.5  # the default: U(+-1/sqrt(maps_in * m))
+
+
 @pytest.mark.parametrize("pair", [False, True])
 def test_gradients_reach_every_trainable_parameter(pair):
     torch.manual_seed(3)
@@ -278,6 +303,8 @@ def test_pair_classifier_overfits_24_random_pairs():
         {"dropout": 1.5},
         {"l2": (1e-4, 1e-4)},  # needs embedding + 2 conv + output
         {"l2": (1e-4, -1.0, 0.0, 0.0)},
+        {"k_length": "padded"},
+        {"init": "xavier"},
     ],
 )
 def test_bad_config_raises_config_error(kwargs):

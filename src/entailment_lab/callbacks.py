@@ -143,6 +143,33 @@ class EpochSeed(L.Callback):
             torch.manual_seed(seed)  # every device's generator too
 
 
+class AdagradReset(L.Callback):
+    """Restart Adagrad's squared-gradient sums every ``every_n_epochs`` epochs.
+
+    The DCNN authors' Matlab release (as F. Godin's Lasagne port reproduces it, ``trainDCNN.py``
+    ``--adagrad_reset 5``) sets the accumulators back to their initial value after every fifth
+    epoch, so the step sizes, which only shrink under Adagrad, grow back. Here each sum returns
+    to its parameter group's ``initial_accumulator_value``. Other optimisers are left alone.
+    """
+
+    def __init__(self, every_n_epochs: int = 5) -> None:
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        self.every_n_epochs = every_n_epochs
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if (trainer.current_epoch + 1) % self.every_n_epochs:
+            return
+        for optimizer in trainer.optimizers:
+            if not isinstance(optimizer, torch.optim.Adagrad):
+                continue
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    state = optimizer.state.get(p)
+                    if state and "sum" in state:
+                        state["sum"].fill_(group["initial_accumulator_value"])
+
+
 def _wandb(trainer: L.Trainer) -> list[WandbLogger]:
     return [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
 

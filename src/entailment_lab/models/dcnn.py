@@ -99,7 +99,8 @@ def k_max_pooling(
 class DCNNLayer(nn.Module):
     """Wide convolution (Eq. 7) -> optional folding -> (dynamic) k-max pooling -> bias, tanh."""
 
-    def __init__(self, maps_in: int, maps_out: int, rows: int, width: int, folding: bool) -> None:
+    def __init__(self, maps_in: int, maps_out: int, rows: int, width: int, folding: bool,
+                 init: str = "fan_in") -> None:
         super().__init__()
         self.maps_in, self.maps_out, self.rows, self.width = maps_in, maps_out, rows, width
         self.folding = folding
@@ -107,7 +108,10 @@ class DCNNLayer(nn.Module):
         # m^i_{j,k}: one filter of width m per (input map k, output map j, row) (Eq. 5, 7).
         self.weight = nn.Parameter(torch.empty(maps_in, maps_out, rows, width))
         self.bias = nn.Parameter(torch.zeros(maps_out, self.rows_out))  # one per row (Sec. 3.4)
-        bound = 1.0 / math.sqrt(maps_in * width)  # fan-in of one output value
+        if init == "glorot":  # Lasagne's GlorotUniform of the port's (maps_out, maps_in, rows, m)
+            bound = math.sqrt(6.0 / ((maps_in + maps_out) * rows * width))
+        else:  # "fan_in", PyTorch's conv default: the fan-in of one output value
+            bound = 1.0 / math.sqrt(maps_in * width)
         nn.init.uniform_(self.weight, -bound, bound)
 
     def convolve(self, x: torch.Tensor) -> torch.Tensor:
@@ -155,6 +159,8 @@ class DCNNEncoder(nn.Module):
         feature_maps: Sequence[int] = (6, 14),
         k_top: int = 4,
         folding: Sequence[bool] = (False, True),
+        k_length: str = "sentence",
+        init: str = "fan_in",
     ) -> None:
         super().__init__()
         widths, maps, folds = tuple(filter_widths), tuple(feature_maps), tuple(folding)
@@ -165,11 +171,11 @@ class DCNNEncoder(nn.Module):
                 f"{[bool(f) for f in folds]} (each fold halves the rows): use e.g. 48-d (paper) "
                 "or 300-d vectors, or switch folding off in some layers (model.net.folding)."
             )
-        self.k_top = k_top
+        self.k_top, self.k_length = k_top, k_length
         self.layers = nn.ModuleList()
         maps_in, rows = 1, input_size
         for width, maps_out, folding_here in zip(widths, maps, folds, strict=True):
-            layer = DCNNLayer(maps_in, maps_out, rows, width, bool(folding_here))
+            layer = DCNNLayer(maps_in, maps_out, rows, width, bool(folding_here), init)
             self.layers.append(layer)
             maps_in, rows = maps_out, layer.rows_out
         self.output_size = maps_in * rows * k_top
@@ -186,17 +192,28 @@ class DCNNEncoder(nn.Module):
         ks = []
         for l, layer in enumerate(self.layers, start=1):
             top = l == num_layers
-            k = dynamic_k(l, num_layers, s, self.k_top)  # Eq. 4, per sentence
+            # Eq. 4's s: the sentence's length, or (the port) this layer's convolution output's
+            length = s if self.k_length == "sentence" else mask.sum(dim=1) + layer.width - 1
+            k = dynamic_k(l, num_layers, length, self.k_top)  # Eq. 4, per sentence
             x, mask = layer(x, mask, k, self.k_top if top else None)  # (b, maps, rows, k_max)
             ks.append(mask.sum(dim=1))
         features = x.flatten(start_dim=1)  # (batch, maps * rows * k_top)
         return features, {"k": torch.stack(ks, dim=1)}
 
 
+K_LENGTHS = ("sentence", "convolution")  # what Eq. 4's s counts (docs/models/dcnn.md)
+INITS = ("fan_in", "glorot")  # conv / output weight initialisation (docs/models/dcnn.md)
+
+
 def validate_dcnn_config(filter_widths: Sequence[int], feature_maps: Sequence[int], k_top: int,
-                         folding: Sequence[bool], dropout: float, l2: Sequence[float]) -> None:
-    """The knobs both DCNN networks share: one width, map count and fold flag per layer, and
-    one L2 coefficient per layer group (embedding, each conv layer, output)."""
+                         folding: Sequence[bool], dropout: float, l2: Sequence[float],
+                         k_length: str = "sentence", init: str = "fan_in") -> None:
+    """The knobs both DCNN networks share: one width, map count and fold flag per layer, one
+    L2 coefficient per layer group (embedding, each conv layer, output), and the two choices
+    the paper leaves open (``k_length``, ``init``)."""
+    for name, value, allowed in (("k_length", k_length, K_LENGTHS), ("init", init, INITS)):
+        if value not in allowed:
+            raise ConfigError(f"model.net.{name}={value!r}: choose one of {list(allowed)}.")
     widths, maps, folds, l2 = tuple(filter_widths), tuple(feature_maps), tuple(folding), tuple(l2)
     if not widths or not len(widths) == len(maps) == len(folds):
         raise ConfigError(
@@ -239,7 +256,8 @@ class DCNNClassifier(Network):
     @classmethod
     def validate_config(cls, **config: Any) -> None:
         validate_dcnn_config(config["filter_widths"], config["feature_maps"], config["k_top"],
-                             config["folding"], config["dropout"], config["l2"])
+                             config["folding"], config["dropout"], config["l2"],
+                             config.get("k_length", "sentence"), config.get("init", "fan_in"))
 
     def __init__(
         self,
@@ -251,17 +269,23 @@ class DCNNClassifier(Network):
         folding: Sequence[bool] = (False, True),
         dropout: float = 0.5,
         l2: Sequence[float] = MATLAB_L2,
+        k_length: str = "sentence",
+        init: str = "fan_in",
     ) -> None:
         super().__init__()
         self.validate_config(filter_widths=filter_widths, feature_maps=feature_maps, k_top=k_top,
-                             folding=folding, dropout=dropout, l2=l2)
+                             folding=folding, dropout=dropout, l2=l2, k_length=k_length,
+                             init=init)
         check_num_classes(num_classes)
         self.embedding = embedding
         self.encoder = DCNNEncoder(
-            embedding.embedding_dim, filter_widths, feature_maps, k_top, folding
+            embedding.embedding_dim, filter_widths, feature_maps, k_top, folding, k_length, init
         )
         self.dropout = nn.Dropout(dropout)
         self.output = nn.Linear(self.encoder.output_size, num_classes)
+        if init == "glorot":  # Lasagne's DenseLayer: GlorotUniform weights, zero bias
+            nn.init.xavier_uniform_(self.output.weight)
+            nn.init.zeros_(self.output.bias)
         self.l2 = tuple(float(c) for c in l2)
 
     def l2_penalties(self) -> list[tuple[float, list[nn.Parameter]]]:
@@ -288,7 +312,8 @@ class DCNNPairClassifier(Network):
     @classmethod
     def validate_config(cls, **config: Any) -> None:
         validate_dcnn_config(config["filter_widths"], config["feature_maps"], config["k_top"],
-                             config["folding"], config["dropout"], config["l2"])
+                             config["folding"], config["dropout"], config["l2"],
+                             config.get("k_length", "sentence"), config.get("init", "fan_in"))
         if config["mlp_hidden_size"] < 1 or config["mlp_layers"] < 0:
             raise ConfigError(
                 "model.net.mlp_hidden_size must be >= 1 and mlp_layers >= 0, "
@@ -307,15 +332,17 @@ class DCNNPairClassifier(Network):
         mlp_hidden_size: int = 200,
         mlp_layers: int = 1,
         l2: Sequence[float] = MATLAB_L2,
+        k_length: str = "sentence",
+        init: str = "fan_in",
     ) -> None:
         super().__init__()
         self.validate_config(filter_widths=filter_widths, feature_maps=feature_maps, k_top=k_top,
-                             folding=folding, dropout=dropout, l2=l2,
-                             mlp_hidden_size=mlp_hidden_size, mlp_layers=mlp_layers)
+                             folding=folding, dropout=dropout, l2=l2, k_length=k_length,
+                             init=init, mlp_hidden_size=mlp_hidden_size, mlp_layers=mlp_layers)
         check_num_classes(num_classes)
         self.embedding = embedding
         self.encoder = DCNNEncoder(
-            embedding.embedding_dim, filter_widths, feature_maps, k_top, folding
+            embedding.embedding_dim, filter_widths, feature_maps, k_top, folding, k_length, init
         )
         self.classifier = PairFeatureClassifier(
             self.encoder.output_size, mlp_hidden_size, num_classes, mlp_layers, dropout
