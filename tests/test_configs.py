@@ -75,8 +75,8 @@ RECIPES = {
     "decatt": ("Adagrad", 0.05, 0.1, None, 4, True, 60, None),
     "decatt_intra": ("Adagrad", 0.025, 0.1, None, 4, True, 60, None),
     "diin": ("Adadelta", 0.5, None, 1.0, 70, False, 30, 3),
-    "dcnn": ("Adagrad", 0.1, 0.1, None, 4, False, 30, None),
-    "dcnn_sentence": ("Adagrad", 0.1, 0.1, None, 4, False, 30, None),
+    "dcnn": ("Adagrad", 0.1, 0.0, None, 4, False, 30, None),
+    "dcnn_sentence": ("Adagrad", 0.1, 0.0, None, 4, False, 30, None),
     "dflstm": ("Adagrad", 0.005, 0.0, 5.0, 32, False, 30, 3),
     "tclstm": ("Adagrad", 0.005, 0.0, 5.0, 32, False, 30, 3),
     "lexical": ("Adam", 1e-3, None, None, 128, False, 100, 3),
@@ -106,6 +106,16 @@ def test_model_alone_selects_its_papers_recipe(model, tmp_path):
     protocol = compose_cfg([f"model={model}", "experiment=protocols/snli_dev2test",
                             "data_root=/data"], tmp_path)
     assert protocol.optimizer == cfg.optimizer and protocol.data.batch_size == batch
+
+
+def test_dcnn_recipe_restarts_adagrad_every_five_epochs(tmp_path):
+    cfg = compose_cfg(["experiment=dcnn/trec", "data_root=/data"], tmp_path)
+    assert cfg.callbacks.adagrad_reset.every_n_epochs == 5
+    assert cfg.optimizer.initial_accumulator_value == 0.0
+    assert cfg.embeddings.dim == 48 and cfg.embeddings._target_.endswith("random_embeddings")
+    assert list(cfg.model.net.folding) == [True, True]
+    glove = compose_cfg(["experiment=dcnn/trec_glove", "data_root=/data"], tmp_path)
+    assert list(glove.model.net.folding) == [False, True] and "dim" not in glove.embeddings
 
 
 def test_swapping_the_optimiser_keeps_no_stale_values(tmp_path):
