@@ -62,7 +62,7 @@ class Variant:
 
     def __init__(self, model: DCNNClassifier, old: bool) -> None:
         self.model, self.old = model, old
-        adagrad = partial(torch.optim.Adagrad, lr=0.1, initial_accumulator_value=0.1)
+        adagrad = partial(torch.optim.Adagrad, lr=0.1, initial_accumulator_value=0.0)
         if old:
             self.optimiser = adagrad([p for p in model.parameters() if p.requires_grad])
         else:
@@ -139,7 +139,9 @@ def main() -> None:
     datamodule, batches = load_batches(args)
     warm, timed = batches[: args.warmup], batches[args.warmup:]
     embedding = random_embeddings(datamodule.vocab, dim=48, seed=args.seed)
-    model = DCNNClassifier(embedding, num_classes=5)  # the sst5 experiment's network
+    # the sst5 experiment's network (conf/model/dcnn_sentence.yaml)
+    model = DCNNClassifier(embedding, num_classes=5, folding=(True, True),
+                           k_length="convolution", init="glorot")
     old, new = Variant(copy.deepcopy(model), old=True), Variant(model, old=False)
 
     with torch.no_grad():  # same weights: the two formulations agree

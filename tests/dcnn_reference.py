@@ -1,13 +1,14 @@
 """DCNN's first formulation (grouped ``conv1d`` per row, folding after the convolution, the
-wide-convolution mask by convolving the input mask), kept as the reference the fast layer of
-``models/dcnn.py`` must reproduce (tests/test_dcnn_model.py)."""
+wide-convolution mask by convolving the input mask, k-max pooling by ``topk``), kept as the
+reference the fast layer of ``models/dcnn.py`` must reproduce (tests/test_dcnn_model.py)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as Fn
 
-from entailment_lab.models.dcnn import DCNNLayer, k_max_pooling
+from entailment_lab.models.common import masked_fill_value
+from entailment_lab.models.dcnn import DCNNLayer
 
 
 def fold(x: torch.Tensor) -> torch.Tensor:
@@ -25,6 +26,30 @@ def reference_wide_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
     return touched.squeeze(1) > 0
 
 
+def reference_k_max_pooling(
+    x: torch.Tensor, k: int | torch.Tensor, mask: torch.Tensor | None = None,
+    output_length: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``k_max_pooling`` as first written: ``topk`` of every row, positions sorted."""
+    batch, length = x.size(0), x.size(-1)
+    if mask is None:
+        mask = torch.ones(batch, length, dtype=torch.bool, device=x.device)
+    k = torch.minimum(torch.as_tensor(k, device=x.device).expand(batch), mask.sum(dim=1))
+    K = int(output_length if output_length is not None else k.max())
+    view = (batch,) + (1,) * (x.dim() - 2)
+    if length < K:
+        x = Fn.pad(x, (0, K - length))
+        mask = Fn.pad(mask, (0, K - length), value=False)
+        length = K
+    scores = x.masked_fill(~mask.view(*view, length), masked_fill_value(x.dtype))
+    top = scores.topk(K, dim=-1).indices
+    slot = torch.arange(K, device=x.device)
+    out_mask = slot < k[:, None]
+    top = torch.where(out_mask.view(*view, K), top, length + slot)
+    order = top.sort(dim=-1).values.clamp_max(length - 1)
+    return x.gather(-1, order) * out_mask.view(*view, K).to(x.dtype), out_mask
+
+
 def reference_layer(layer: DCNNLayer, x: torch.Tensor, mask: torch.Tensor, k: torch.Tensor,
                     output_length: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """``DCNNLayer.forward`` as first written: one grouped conv1d (a group per row), fold."""
@@ -36,7 +61,7 @@ def reference_layer(layer: DCNNLayer, x: torch.Tensor, mask: torch.Tensor, k: to
     c = c.reshape(batch, rows, layer.maps_out, -1).permute(0, 2, 1, 3)  # (b, maps, rows, T')
     if layer.folding:
         c = fold(c)
-    pooled, pooled_mask = k_max_pooling(c, k, reference_wide_mask(mask, layer.width),
-                                        output_length)
+    pooled, pooled_mask = reference_k_max_pooling(c, k, reference_wide_mask(mask, layer.width),
+                                                  output_length)
     out = torch.tanh(pooled + layer.bias[None, :, :, None])
     return out * pooled_mask[:, None, None, :].to(out.dtype), pooled_mask

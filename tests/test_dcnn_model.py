@@ -22,7 +22,12 @@ from entailment_lab.models.dcnn import (
 )
 from entailment_lab.module import ClassifierModule
 from tests.conftest import fits_exactly, pad_with_noise, random_sentences
-from tests.dcnn_reference import fold, reference_layer, reference_wide_mask
+from tests.dcnn_reference import (
+    fold,
+    reference_k_max_pooling,
+    reference_layer,
+    reference_wide_mask,
+)
 
 VOCAB = 60
 
@@ -74,6 +79,22 @@ def test_k_max_pooling_ignores_padding_and_uses_per_sample_k():
     values, mask = k_max_pooling(x[:1], 4, real[:1], output_length=6)
     assert values.tolist() == [[1.0, 6.0, 2.0, 0.0, 0.0, 0.0]]
     assert mask.tolist() == [[True, True, True, False, False, False]]
+
+
+@pytest.mark.parametrize("length", [3, 11, 20, 21, 40])  # both sides of SORT_BELOW
+def test_k_max_pooling_matches_the_topk_formulation(length):
+    torch.manual_seed(length)
+    x = torch.randn(5, 3, 4, length, dtype=torch.float64, requires_grad=True)
+    real = torch.arange(length)[None, :] < torch.tensor([length, length - 2, 1, 4, length])[:, None]
+    k = torch.tensor([2, 5, 4, 3, length])
+    for output_length in (None, length + 2):
+        got, got_mask = k_max_pooling(x, k, real, output_length)
+        want, want_mask = reference_k_max_pooling(x, k, real, output_length)
+        assert torch.equal(got, want) and torch.equal(got_mask, want_mask)
+        weights = torch.randn_like(got)
+        (grad,) = torch.autograd.grad((got * weights).sum(), x)
+        (grad_ref,) = torch.autograd.grad((want * weights).sum(), x)
+        assert torch.equal(grad, grad_ref)
 
 
 def test_folding_sums_adjacent_rows():

@@ -59,6 +59,9 @@ def wide_convolution_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
     return upto > before  # (batch, T + m - 1)
 
 
+SORT_BELOW = 20  # k_max_pooling: rows up to this long are sorted whole instead of topk
+
+
 def k_max_pooling(
     x: torch.Tensor,
     k: int | torch.Tensor,
@@ -86,7 +89,13 @@ def k_max_pooling(
         mask = Fn.pad(mask, (0, K - length), value=False)
         length = K
     scores = x.masked_fill(~mask.view(*view, length), masked_fill_value(x.dtype))
-    top = scores.topk(K, dim=-1).indices  # (batch, ..., K), largest first
+    # The k largest in any order (their positions are sorted next). On CPU PyTorch selects row
+    # by row, and for the short rows of most batches one full sort costs less than topk's
+    # partial selection (benchmarks/bench_dcnn.py; the cut-off measured on SST phrases).
+    if length <= SORT_BELOW:
+        top = scores.sort(dim=-1, descending=True).indices[..., :K]  # (batch, ..., K)
+    else:
+        top = scores.topk(K, dim=-1).indices  # (batch, ..., K), largest first
     slot = torch.arange(K, device=x.device)
     out_mask = slot < k[:, None]  # (batch, K)
     # Slots past k get indices beyond the sequence, so sorting moves them to the end.
