@@ -24,11 +24,12 @@ def test_adagrad_reset_restores_the_initial_sums_every_n_epochs(initial):
     grown = optimizer.state[weight]["sum"].clone()
     assert torch.equal(grown, initial + torch.tensor([1.0, 4.0, 9.0]))
     callback = AdagradReset(every_n_epochs=5)
-    for epoch in range(4):  # epochs 1-4 end: nothing happens
-        callback.on_train_epoch_end(SimpleNamespace(current_epoch=epoch, optimizers=[optimizer]),
-                                    None)
+    for epoch in range(5):  # epochs 0-4 (0-based) start: nothing happens
+        callback.on_train_epoch_start(
+            SimpleNamespace(current_epoch=epoch, optimizers=[optimizer]), None)
         assert torch.equal(optimizer.state[weight]["sum"], grown)
-    callback.on_train_epoch_end(SimpleNamespace(current_epoch=4, optimizers=[optimizer]), None)
+    # after five epochs, as the sixth starts (also where a resumed run starts)
+    callback.on_train_epoch_start(SimpleNamespace(current_epoch=5, optimizers=[optimizer]), None)
     assert torch.equal(optimizer.state[weight]["sum"], torch.full((3,), initial))
 
 
@@ -38,7 +39,8 @@ def test_adagrad_reset_leaves_other_optimisers_alone():
     weight.sum().backward()
     adam.step()
     before = {k: v.clone() for k, v in adam.state[weight].items() if torch.is_tensor(v)}
-    AdagradReset(1).on_train_epoch_end(SimpleNamespace(current_epoch=0, optimizers=[adam]), None)
+    AdagradReset(1).on_train_epoch_start(SimpleNamespace(current_epoch=1, optimizers=[adam]),
+                                         None)
     assert all(torch.equal(adam.state[weight][k], v) for k, v in before.items())
     with pytest.raises(ValueError, match="every_n_epochs"):
         AdagradReset(0)

@@ -150,6 +150,8 @@ class AdagradReset(L.Callback):
     ``--adagrad_reset 5``) sets the accumulators back to their initial value after every fifth
     epoch, so the step sizes, which only shrink under Adagrad, grow back. Here each sum returns
     to its parameter group's ``initial_accumulator_value``. Other optimisers are left alone.
+    The reset happens as epoch 5, 10, ... (0-based) starts, so a run resumed from the
+    checkpoint written at the end of the epoch before resets like an uninterrupted one.
     """
 
     def __init__(self, every_n_epochs: int = 5) -> None:
@@ -157,8 +159,8 @@ class AdagradReset(L.Callback):
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         self.every_n_epochs = every_n_epochs
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if (trainer.current_epoch + 1) % self.every_n_epochs:
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == 0 or trainer.current_epoch % self.every_n_epochs:
             return
         for optimizer in trainer.optimizers:
             if not isinstance(optimizer, torch.optim.Adagrad):
