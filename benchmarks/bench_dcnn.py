@@ -130,10 +130,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep-denormals", action="store_true",
+                        help="compute denormal floats (training flushes them: flush_denormal)")
     parser.add_argument("--profile", action="store_true",
                         help="also print the operators of an 'after' step by self CPU time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(not args.keep_denormals)  # as training does (train.yaml)
     torch.manual_seed(args.seed)
 
     datamodule, batches = load_batches(args)
@@ -175,7 +178,8 @@ def main() -> None:
     epoch_steps = len(datamodule.train_dataloader())
     print(f"data: {args.data}, {len(datamodule.splits['train']):,} rows, batch {args.batch} "
           f"({epoch_steps:,} steps an epoch), vocabulary {len(datamodule.vocab):,} x 48, "
-          f"{torch.get_num_threads()} thread(s); {steps} timed steps each "
+          f"{torch.get_num_threads()} thread(s), denormals "
+          f"{'kept' if args.keep_denormals else 'flushed'}; {steps} timed steps each "
           f"({args.rounds} interleaved rounds)")
     print(f"largest |logit difference| before vs after, same weights: {difference:.2e}")
     print(f"{'':8s} {'ms/step':>8s} {'epoch s':>8s} {'train rows/s':>13s} "

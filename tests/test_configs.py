@@ -6,7 +6,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from entailment_lab.cli import auto_threads, parallel_jobs, processes_per_run, set_threads
+from entailment_lab.cli import (
+    auto_threads,
+    parallel_jobs,
+    processes_per_run,
+    set_flush_denormal,
+    set_threads,
+)
 from entailment_lab.config import configured_max_epochs
 from entailment_lab.errors import ConfigError
 from tests.conftest import REPO, compose_cfg
@@ -148,6 +154,19 @@ def restore_threads():
 def test_every_entry_point_defaults_to_auto_threads(config, tmp_path):
     overrides = ["ckpt_path=x.ckpt"] if config != "train" else []
     assert compose_cfg(overrides, tmp_path, config_name=config).threads == "auto"
+
+
+def test_training_flushes_denormal_floats(tmp_path):
+    assert compose_cfg([], tmp_path).flush_denormal is True
+    tiny = torch.tensor([1e-39])  # a denormal float32
+    try:
+        line = set_flush_denormal(True)
+        if line.endswith("flushed to zero"):
+            assert (tiny * 1.0).item() == 0.0
+        assert set_flush_denormal(False) == "denormal floats: kept"
+        assert (tiny * 1.0).item() > 0.0
+    finally:
+        set_flush_denormal(False)
 
 
 def test_threads_setting_and_omp_num_threads_wins(monkeypatch, restore_threads):

@@ -56,10 +56,10 @@ def seed_stats(groups: Sequence[Sequence[Job]]) -> list[dict[str, Stat]]:
 
 # What is not a setting when comparing jobs of one row: the row itself (model, dim, data), the
 # seed, and knobs that do not change what a run measures (logging, paths, devices, threads,
-# resuming; `data_root` is where a protocol's files lie, `../shared/data` or the same folder spelt
-# absolutely: the data set itself is the row's `data`).
+# denormals, resuming; `data_root` is where a protocol's files lie, `../shared/data` or the
+# same folder spelt absolutely: the data set itself is the row's `data`).
 _ROW_KEYS = frozenset({"seed", "experiment", "tags", "dim", "model", "data"})
-_NEUTRAL = ("logger", "paths", "hydra", "ckpt_path", "data_root", "threads",
+_NEUTRAL = ("logger", "paths", "hydra", "ckpt_path", "data_root", "threads", "flush_denormal",
             "callbacks.rich_progress_bar",
             "callbacks.lr_monitor", "trainer.accelerator", "trainer.devices",
             "trainer.enable_progress_bar", "trainer.enable_model_summary", "data.num_workers",
