@@ -156,8 +156,9 @@ def test_every_entry_point_defaults_to_auto_threads(config, tmp_path):
     assert compose_cfg(overrides, tmp_path, config_name=config).threads == "auto"
 
 
-def test_training_flushes_denormal_floats(tmp_path):
-    assert compose_cfg([], tmp_path).flush_denormal is True
+def test_only_the_dcnn_recipe_flushes_denormal_floats(tmp_path):
+    assert compose_cfg([], tmp_path).flush_denormal is False
+    assert compose_cfg(["model=dcnn_sentence", "data=sst2"], tmp_path).flush_denormal is True
     tiny = torch.tensor([1e-39])  # a denormal float32
     try:
         line = set_flush_denormal(True)

@@ -122,7 +122,9 @@ def set_flush_denormal(flush: bool) -> str:
     Denormal arithmetic is 10-100x slower on x86 CPUs. Adagrad from a zero accumulator with an
     L2 gradient (DCNN's recipe) drives the unused word vectors into that range, and a DCNN
     step then spent 7 of its 19 ms in the optimiser (``benchmarks/bench_dcnn.py``: 0.7 ms
-    flushed). Values that small change no result.
+    flushed). Flushing changes results in their last digits, and a training run, being
+    chaotic, then follows another trajectory: the default is off (``conf/train.yaml``, so
+    runs made before the switch reproduce exactly) and DCNN's recipe turns it on.
     """
     import torch
 
@@ -146,7 +148,7 @@ def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> f
     try:
         logging.getLogger(__name__).info(set_threads(cfg.get("threads", "auto"),
                                                      processes_per_run(cfg)))
-        logging.getLogger(__name__).info(set_flush_denormal(cfg.get("flush_denormal", True)))
+        logging.getLogger(__name__).info(set_flush_denormal(cfg.get("flush_denormal", False)))
         metrics = task(cfg)
     except RunInterruptedError as err:
         sys.exit(err.exit_code)
