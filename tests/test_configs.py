@@ -234,3 +234,12 @@ def test_ddp_ranks_share_the_cores(tmp_path):
     assert processes_per_run(compose_cfg(["trainer=ddp", "trainer.devices=4"], tmp_path)) == 4
     assert processes_per_run(compose_cfg(["trainer=ddp", "trainer.devices=auto"], tmp_path)) == 1
     assert processes_per_run(compose_cfg([], tmp_path)) == 1
+
+
+@pytest.mark.parametrize("model", ["din1", "lstm", "wbw_attention", "lexical"])
+def test_sick_protocol_trains_the_recipe_budget_without_early_stopping(model, tmp_path):
+    recipe = compose_cfg([f"model={model}"], tmp_path)
+    cfg = compose_cfg(["experiment=protocols/sick", f"model={model}"], tmp_path)
+    assert recipe.callbacks.early_stopping is not None  # the recipe stops early on SNLI
+    assert cfg.callbacks.early_stopping is None
+    assert cfg.trainer.max_epochs == recipe.trainer.max_epochs
