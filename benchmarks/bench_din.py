@@ -190,7 +190,7 @@ def layer_breakdown(model: DIN, batches: list[Batch], rounds: int) -> dict[str, 
         with torch.no_grad():
             x_h = model.embedding(h)
             h_p = model.encoder(model.embedding(p))[0]
-            W_p, W_h = model.transform_p(h_p), model.transform_h(x_h)
+            W_p, W_h = model.transform(h_p, x_h, hm)
             W_out = model.interaction(W_p, pm, W_h, hm)[0]
             x = W_h if model.variant == "din1" else (
                 x_h if (model.din2_input if model.variant == "din2" else model.static_input)
@@ -200,8 +200,8 @@ def layer_breakdown(model: DIN, batches: list[Batch], rounds: int) -> dict[str, 
         stages["embedding + encoder GRU (Eq. 3-6)"].append(
             stage(lambda p=p: model.encoder(model.dropout(model.embedding(p)))[0]))
         stages["transformation (Eq. 7)"].append(stage(
-            lambda h_p=h_p, x_h=x_h: torch.cat([model.transform_p(model.dropout(h_p)).flatten(1),
-                                                model.transform_h(x_h).flatten(1)], dim=1)))
+            lambda h_p=h_p, x_h=x_h, hm=hm: torch.cat(
+                [W.flatten(1) for W in model.transform(h_p, x_h, hm)], dim=1)))
         stages["interaction (Eq. 8)"].append(
             stage(lambda W_p=W_p, pm=pm, W_h=W_h, hm=hm: model.interaction(W_p, pm, W_h, hm)[0]))
         stages["control (Eq. 9-19)"].append(

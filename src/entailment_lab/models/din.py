@@ -562,17 +562,15 @@ class DIN(Network):
     ) -> dict[str, torch.Tensor]:
         """Token ids and bool masks (batch, len) -> {"logits": (batch, num_classes), ...}."""
         # Dropout (§3.1.3): the encoder's input and output and the control layer's output.
-        # Every layer runs on the padded batch; padding is at the end of each sentence, so the
-        # recurrences read real positions first and their outputs there do not depend on it.
+        # Padding is at the end of each sentence, so the recurrences read real positions first
+        # and their outputs there do not depend on it.
         x_p = self.dropout(self.embedding(premise))  # x'_τ: (batch, len_p, d_emb)
         x_h = self.embedding(hypothesis)  # x_t: (batch, len_h, d_emb)
         # Eq. 3-6, h'_τ: (batch, len_p, d). Unpacked: the GRU runs forward and padding comes
         # last, so real positions equal a packed run's (and the backward skips the packed
         # sequence's zero-filled gradients); padded positions are never read.
         h_p, _ = self.encoder(x_p)
-        # Eq. 7: W̃'_τ (batch, len_p, m, m), W̃_t (batch, len_h, m, m)
-        W_p = self.transform_p(self.dropout(h_p))
-        W_h = self.transform_h(x_h)
+        W_p, W_h = self.transform(h_p, x_h, hypothesis_mask)  # Eq. 7
         h, norms, change = self.interact_and_control(
             W_p, premise_mask, W_h, x_h, hypothesis_mask, return_details
         )  # Eq. 8-19, h_t: (batch, len_h, d)
@@ -587,6 +585,19 @@ class DIN(Network):
             result["premise_mask"] = premise_mask
             result["hypothesis_mask"] = hypothesis_mask
         return result
+
+    def transform(self, h_p: torch.Tensor, x_h: torch.Tensor, hypothesis_mask: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 7: h'_τ (batch, len_p, d), x_t (batch, len_h, d_emb) -> W̃'_τ (batch, len_p, m, m),
+        W̃_t (batch, len_h, m, m); the encoder's output gets dropout (§3.1.3).
+
+        W̃_t is computed for the hypothesis's real words only (about half its positions are
+        padding: batches are bucketed by premise length first) and is zero at padded positions,
+        which no later layer reads.
+        """
+        W_p = self.transform_p(self.dropout(h_p))
+        W_h = scatter_rows(self.transform_h(x_h[hypothesis_mask]), hypothesis_mask)
+        return W_p, W_h
 
     def classify(self, h: torch.Tensor, hypothesis_mask: torch.Tensor) -> torch.Tensor:
         """Eq. 20-22: h_t (batch, len_h, d) -> logits (batch, num_classes), softmax in the loss.
