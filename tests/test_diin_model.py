@@ -24,7 +24,7 @@ from entailment_lab.models.diin import (
     exact_match_feature,
     fit_length,
 )
-from tests.conftest import fits_exactly
+from tests.conftest import compose_cfg, fits_exactly
 
 VOCAB = [
     "<pad>", "<unk>", "a", "man", "Man", "dog", "runs", "running", "n't", "not", "sleeps",
@@ -191,6 +191,18 @@ def test_gradients_reach_every_trainable_parameter():
         assert param.requires_grad, name
         assert param.grad is not None and param.grad.abs().sum() > 0, name
     assert model.embedding.weight.grad[0].abs().sum() == 0  # padding row stays zero
+
+
+def test_recipe_difference_penalty_is_the_official_codes(tmp_path):
+    """The official code adds ``1e-3 * tf.nn.l2_loss(W_p - W_h)`` per penalised kernel, and
+    ``tf.nn.l2_loss(t) = sum(t**2) / 2``: the recipe's weight must give that exact loss."""
+    diff_penalty = compose_cfg(["model=diin"], tmp_path).model.net.diff_penalty
+    model = small_diin(diff_penalty=diff_penalty)  # the shared highway: not penalised
+    official = 1e-3 * sum(
+        (model.encoder_p.get_parameter(n) - model.encoder_h.get_parameter(n)).pow(2).sum() / 2
+        for n in ["w", "W1.weight", "W2.weight", "W3.weight"]
+    )
+    torch.testing.assert_close(model.regularization_loss(), official)
 
 
 def test_regularization_loss():

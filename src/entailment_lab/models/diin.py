@@ -317,7 +317,7 @@ class DIIN(Network):
         dropout: float = 0.0,
         dropout_decay_rate: float = 0.977,
         dropout_decay_steps: int = 10_000,
-        diff_penalty: float = 1e-3,
+        diff_penalty: float = 5e-4,
         train_embeddings: bool | None = True,
     ) -> None:
         super().__init__()
