@@ -205,6 +205,31 @@ def test_recipe_difference_penalty_is_the_official_codes(tmp_path):
     torch.testing.assert_close(model.regularization_loss(), official)
 
 
+def test_initialisation_is_the_official_codes():
+    """TensorFlow draws every variable Glorot-uniform over its own shape. The official fuse gate
+    has two (d, d) kernels per gate (bound √(3/d)), where one (d, 2d) Linear would get √(2/d);
+    the character conv's bias is a bare variable, Glorot over (filters,), not zero."""
+    model = small_diin(emb_dim=40, char_filters=60)
+    d = model.hidden_size  # 40 + 60 + 1 exact match
+    bound = (3 / d) ** 0.5
+    for encoder in (model.encoder_p, model.encoder_h):
+        for gate in (encoder.W1, encoder.W2, encoder.W3):
+            w = gate.weight.detach()
+            assert w.shape == (d, 2 * d)
+            assert w.abs().max() <= bound
+            assert w.abs().max() > 0.98 * bound  # 2d² draws reach the edge of U(±bound)
+            assert abs(w.std().item() / (1 / d) ** 0.5 - 1) < 0.05  # std of U(±√(3/d)) = √(1/d)
+            assert (gate.bias == 0).all()
+    bias = model.char_features.conv.bias.detach()
+    assert (bias != 0).all() and bias.abs().max() <= (6 / (2 * bias.numel())) ** 0.5
+    # At this init the encoder-difference penalty is, in expectation, the official
+    # 1e-3 · ½ · (3d · 2·Var(w) + 6 kernels · d² · 2·Var(W)) with Var(W) = 1/d.
+    var_w = (6 / (3 * d + 1)) / 3
+    expected = 1e-3 * 0.5 * (3 * d * 2 * var_w + 6 * d * d * 2 / d)
+    penalty = small_diin(emb_dim=40, char_filters=60, diff_penalty=5e-4).regularization_loss()
+    assert abs(penalty.item() / expected - 1) < 0.05
+
+
 def test_regularization_loss():
     model = small_diin(share_highway=False, diff_penalty=1e-3)
     assert model.regularization_loss() > 0

@@ -458,7 +458,16 @@ class DIIN(Network):
             fail(f"model.net.diff_penalty={diff_penalty} must be >= 0")
 
     def _reset_parameters(self) -> None:
-        """Glorot-uniform weights and zero biases, as the official TensorFlow layers default to."""
+        """The official code's initialisation, variable by variable.
+
+        TensorFlow's default for a variable is Glorot-uniform over *its own* shape; layers get
+        zero biases. Two places where that is not PyTorch's Glorot over our modules' shapes:
+        - the fuse gates: the official code has two (d, d) kernels per gate (one for p̂, one for
+          p̄), each Glorot with bound √(6/2d); our one (d, 2d) weight would get √(6/3d), √(2/3)
+          as large, so each half is drawn with the official bound;
+        - the character conv's bias is a plain ``tf.get_variable`` (not a layer), so it is
+          Glorot-uniform over its shape (filters,) too, bound √(6/2·filters), not zero.
+        """
         for module in self.modules():
             if module is self.embedding:
                 continue
@@ -469,6 +478,13 @@ class DIIN(Network):
                 nn.init.xavier_uniform_(module.weight)
                 with torch.no_grad():
                     module.weight[0].zero_()
+        for encoder in (self.encoder_p, self.encoder_h):
+            for gate in (encoder.W1, encoder.W2, encoder.W3):  # weight (d, 2d) = [W_p̂ | W_p̄]
+                bound = (6 / (2 * encoder.size)) ** 0.5  # Glorot of one (d, d) official kernel
+                nn.init.uniform_(gate.weight, -bound, bound)
+        conv_bias = self.char_features.conv.bias  # (filters,)
+        bound = (6 / (2 * conv_bias.numel())) ** 0.5
+        nn.init.uniform_(conv_bias, -bound, bound)
 
     # ------------------------------------------------------------------------------------------
 
