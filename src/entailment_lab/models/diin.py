@@ -170,7 +170,19 @@ class SelfAttentionEncoder(nn.Module):
         self.W1 = nn.Linear(2 * size, size)  # z (candidate)
         self.W2 = nn.Linear(2 * size, size)  # r (gate on p̂)
         self.W3 = nn.Linear(2 * size, size)  # f (gate on z)
-        nn.init.uniform_(self.w, -((6 / (3 * size + 1)) ** 0.5), (6 / (3 * size + 1)) ** 0.5)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The official initialisation: TensorFlow draws each variable Glorot-uniform over its
+        own shape. ``w`` is the official (3d, 1) kernel of the score; each gate is two official
+        (d, d) kernels (one for p̂, one for p̄), bound √(6/2d) — a Glorot over our (d, 2d) weight
+        would be √(2/3) as large. Biases zero."""
+        score_bound = (6 / (3 * self.size + 1)) ** 0.5
+        nn.init.uniform_(self.w, -score_bound, score_bound)
+        bound = (6 / (2 * self.size)) ** 0.5
+        for gate in (self.W1, self.W2, self.W3):  # weight (d, 2d) = [W_p̂ | W_p̄]
+            nn.init.uniform_(gate.weight, -bound, bound)
+            nn.init.zeros_(gate.bias)
 
     def attention_scores(self, x: torch.Tensor) -> torch.Tensor:
         """Tri-linear scores ``A`` (batch, len, len) without building the (len, len, 3d) tensor.
@@ -462,11 +474,9 @@ class DIIN(Network):
 
         TensorFlow's default for a variable is Glorot-uniform over *its own* shape; layers get
         zero biases. Two places where that is not PyTorch's Glorot over our modules' shapes:
-        - the fuse gates: the official code has two (d, d) kernels per gate (one for p̂, one for
-          p̄), each Glorot with bound √(6/2d); our one (d, 2d) weight would get √(6/3d), √(2/3)
-          as large, so each half is drawn with the official bound;
-        - the character conv's bias is a plain ``tf.get_variable`` (not a layer), so it is
-          Glorot-uniform over its shape (filters,) too, bound √(6/2·filters), not zero.
+        the fuse gates (``SelfAttentionEncoder.reset_parameters``), and the character conv's
+        bias, a plain ``tf.get_variable`` (not a layer), so Glorot-uniform over its shape
+        (filters,) too, bound √(6/2·filters), not zero.
         """
         for module in self.modules():
             if module is self.embedding:
@@ -478,10 +488,8 @@ class DIIN(Network):
                 nn.init.xavier_uniform_(module.weight)
                 with torch.no_grad():
                     module.weight[0].zero_()
-        for encoder in (self.encoder_p, self.encoder_h):
-            for gate in (encoder.W1, encoder.W2, encoder.W3):  # weight (d, 2d) = [W_p̂ | W_p̄]
-                bound = (6 / (2 * encoder.size)) ** 0.5  # Glorot of one (d, d) official kernel
-                nn.init.uniform_(gate.weight, -bound, bound)
+        self.encoder_p.reset_parameters()
+        self.encoder_h.reset_parameters()
         conv_bias = self.char_features.conv.bias  # (filters,)
         bound = (6 / (2 * conv_bias.numel())) ** 0.5
         nn.init.uniform_(conv_bias, -bound, bound)
