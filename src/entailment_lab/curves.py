@@ -68,7 +68,9 @@ def plot_validation_curves(runs: pd.DataFrame, out: Path) -> Path:
     panels = sorted(history.groupby(["data", "model"]).groups)
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    # At least 7 in wide: the suptitle below is wider than one or two 4-inch panels.
+    fig, axes = plt.subplots(rows, cols, figsize=(max(4 * cols, 7), 3 * rows), squeeze=False,
+                             layout="constrained")  # leaves the suptitle its own room
     for ax, (data, model) in zip(axes.flat, panels, strict=False):
         panel = history[(history["data"] == data) & (history["model"] == model)]
         for (seed, _folder), run in panel.groupby(["seed", "folder"]):
@@ -86,7 +88,6 @@ def plot_validation_curves(runs: pd.DataFrame, out: Path) -> Path:
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     fig.suptitle("Validation accuracy per epoch (circle: the checkpoint that is tested)")
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))  # the suptitle: 0.45 in
     return save_figures({"validation_curves": fig}, out, dpi=110)[0]
 
 
