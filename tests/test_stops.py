@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import struct
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from entailment_lab import loggers, pipeline
+from entailment_lab.errors import UserError
 from entailment_lab.results import RunInterruptedError
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 
@@ -220,3 +222,44 @@ def test_resuming_a_finished_run_keeps_its_history(pair_files, tmp_path):
     pipeline.train(compose_cfg([*base, "trainer.max_epochs=1", f"ckpt_path={last}"],
                                tmp_path / "first"))
     assert [row["epoch"] for row in read(tmp_path / "first")["history"]] == [0, 1]
+
+
+def test_a_moved_run_folder_resumes_with_its_best_checkpoint(pair_files, tmp_path):
+    # A run folder copied elsewhere (another disk, results synced home from a cluster) and
+    # resumed there in place: its best checkpoint and best score follow it, so it tests what
+    # an uninterrupted run tests. Lightning's own ModelCheckpoint restores them only into the
+    # folder it wrote, and would test the best of the resumed epochs (epoch 2 here).
+    base = [*LSTM, *FAST, *file_overrides(pair_files), *SEEDED, "optimizer.lr=0.05",
+            "callbacks.early_stopping=null"]
+    expected = pipeline.train(compose_cfg([*base, "trainer.max_epochs=4"], tmp_path / "whole"))
+    # The case under test: the best epoch (val/acc 0.40) comes before the move, later ones lower.
+    assert Path(read(tmp_path / "whole")["best_checkpoint"]).name == "epoch_001.ckpt"
+
+    def first_two_epochs_then_move(name: str) -> Path:
+        pipeline.train(compose_cfg([*base, "trainer.max_epochs=2"], tmp_path / "first"))
+        return Path(shutil.move(tmp_path / "first", tmp_path / name))
+
+    moved = first_two_epochs_then_move("moved")
+    resume = ["trainer.max_epochs=4", f"ckpt_path={moved / 'checkpoints' / 'last.ckpt'}"]
+    metrics = pipeline.train(compose_cfg([*base, *resume], moved))
+    assert read(moved)["best_checkpoint"] == str(moved / "checkpoints" / "epoch_001.ckpt")
+    for key in ("test/acc", "test/loss", "val/acc_best"):
+        assert metrics[key] == pytest.approx(expected[key], abs=1e-6), key
+
+    # With Lightning's class the state is lost: the run stops before testing, and says why.
+    plain = first_two_epochs_then_move("plain")
+    resume = ["trainer.max_epochs=4", f"ckpt_path={plain / 'checkpoints' / 'last.ckpt'}",
+              "callbacks.model_checkpoint._target_=lightning.pytorch.callbacks.ModelCheckpoint"]
+    with pytest.raises(UserError, match="lost its state when the run was resumed"):
+        pipeline.train(compose_cfg([*base, *resume], plain))
+    assert read(plain)["status"] == "failed" and "test/acc" not in read(plain)["metrics"]
+
+
+def test_relocatable_checkpoint_reads_and_writes_lightnings_state_key():
+    # Checkpoints written with Lightning's ModelCheckpoint (every run before this class) resume
+    # into it, and the other way round.
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from entailment_lab.stops import RelocatableModelCheckpoint
+    for kwargs in ({"monitor": "val/acc", "mode": "max"}, {"monitor": None}):
+        assert RelocatableModelCheckpoint(**kwargs).state_key == ModelCheckpoint(**kwargs).state_key

@@ -8,6 +8,7 @@ inputs plus ``label``, and the network returns ``{"logits": ...}``.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
@@ -141,6 +142,12 @@ class ClassifierModule(L.LightningModule):
                 self.train_acc_at_best = float(self.train_acc.compute())
         best = self.val_acc_best.compute() if self.val_acc_best.update_count else acc
         self.log("val/acc_best", best, sync_dist=True, prog_bar=True)
+
+    @property
+    def best_val_acc(self) -> float | None:
+        """The best validation accuracy so far (restored on resume); ``None`` before any."""
+        best = float(self.val_acc_best.max_value)
+        return best if math.isfinite(best) else None
 
     @property
     def eval_names(self) -> tuple[str, str]:

@@ -36,6 +36,7 @@ from entailment_lab.results import (
     clean_number,
 )
 from entailment_lab.stops import (
+    check_best_checkpoint,
     checkpoints_stay_in,
     interruption,
     link_resumed_run,
@@ -265,6 +266,7 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, module: ClassifierModule,
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
 
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    check_best_checkpoint(trainer, module.best_val_acc)
     validated = any("val/acc" in row for row in recorder.history)
     if not validated and not trainer.fast_dev_run:
         log.warning("training stopped before its first validation (step %d): no best "
