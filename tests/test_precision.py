@@ -26,6 +26,7 @@ from omegaconf import open_dict
 
 from entailment_lab.config import instantiate
 from entailment_lab.errors import ConfigError
+from entailment_lab.models.common import pack, run_rnn
 from entailment_lab.pipeline import build_datamodule, build_net, check_precision, train
 from tests.autocast_emulation import CudaAutocast
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
@@ -101,6 +102,26 @@ def test_model_trains_validates_and_tests_under_bf16_mixed(model, pair_files, se
     for step in steps:  # mixed precision keeps float32 master weights and gradients
         assert step["weights"] == {torch.float32} and step["grads"] == {torch.float32}
         assert step["finite"]
+
+
+@pytest.mark.parametrize("lengths", [[5, 5, 5], [5, 3, 2]], ids=["equal", "ragged"])
+@pytest.mark.parametrize("cell", [torch.nn.LSTM, torch.nn.GRU])
+def test_recurrences_run_in_float32_under_cpu_autocast(cell, lengths):
+    """CPU autocast sends an LSTM batch whose rows share one length to oneDNN in bfloat16, which
+    fails on CPUs without AVX512-BF16; ``run_rnn`` runs CPU recurrences in float32 instead: the
+    same outputs as without autocast, on any CPU."""
+    torch.manual_seed(0)
+    rnn = cell(8, 6, batch_first=True)
+    x = torch.randn(3, 5, 8)
+    mask = torch.arange(5)[None, :] < torch.tensor(lengths)[:, None]
+    hx = torch.randn(1, 3, 6).bfloat16().float()  # bfloat16 values: the same state either way
+    hx = (hx, torch.randn(1, 3, 6).bfloat16().float()) if cell is torch.nn.LSTM else hx
+    expected, _ = run_rnn(rnn, pack(x, mask), hx)
+    half_hx = tuple(h.bfloat16() for h in hx) if isinstance(hx, tuple) else hx.bfloat16()
+    with torch.autocast("cpu", torch.bfloat16):
+        out, _ = run_rnn(rnn, pack(x, mask), half_hx)
+    assert out.data.dtype == torch.float32
+    torch.testing.assert_close(out.data, expected.data)
 
 
 # --- every network under float16 on CPU and CUDA's casts (emulated) -----------------------------

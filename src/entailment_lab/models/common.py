@@ -140,13 +140,37 @@ def pack(x: torch.Tensor, mask: torch.Tensor) -> nn.utils.rnn.PackedSequence:
     )
 
 
+def run_rnn(
+    rnn: nn.RNNBase,
+    packed: nn.utils.rnn.PackedSequence,
+    hx: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+) -> tuple[nn.utils.rnn.PackedSequence, torch.Tensor | tuple[torch.Tensor, ...]]:
+    """``rnn(packed, hx)``, in float32 when CPU autocast is on (``trainer.precision=bf16-mixed``).
+
+    CPU autocast casts ``nn.LSTM``'s inputs to bfloat16 and, when every row of a batch has the
+    same length (the packed batch is then a plain one), hands them to oneDNN, whose bfloat16 LSTM
+    needs a CPU with AVX512-BF16: on others (AVX2-only machines) torch 2.13 raises "could not
+    create a primitive descriptor for the LSTM forward propagation primitive". Running the CPU
+    recurrence in float32 works on every CPU and gives the same numbers on all of them; on a GPU,
+    autocast keeps cuDNN's half-precision recurrences.
+    """
+    if packed.data.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        return rnn(packed, hx)
+    if isinstance(hx, tuple):
+        hx = tuple(h.float() for h in hx)
+    elif hx is not None:
+        hx = hx.float()
+    with torch.autocast("cpu", enabled=False):
+        return rnn(packed.float(), hx)
+
+
 def run_packed(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Run a batch-first ``rnn`` over right-padded ``x`` (batch, len, in) as a packed sequence.
 
     Padded steps are skipped (outputs 0 there); real steps are as in the unpacked run.
     """
     out, _ = nn.utils.rnn.pad_packed_sequence(
-        rnn(pack(x, mask))[0], batch_first=True, total_length=x.shape[1]
+        run_rnn(rnn, pack(x, mask))[0], batch_first=True, total_length=x.shape[1]
     )
     return out
 

@@ -20,6 +20,7 @@ from entailment_lab.models.common import (
     check_positive_int,
     check_probability,
     pack,
+    run_rnn,
 )
 
 
@@ -34,7 +35,7 @@ class LSTMEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = self.dropout(self.embedding(ids))  # (batch, len, d_emb)
-        _, (h_n, _) = self.lstm(pack(x, mask))  # h_n: (1, batch, hidden) at each true end
+        _, (h_n, _) = run_rnn(self.lstm, pack(x, mask))  # h_n: (1, batch, hidden) at each true end
         return h_n[-1]
 
 

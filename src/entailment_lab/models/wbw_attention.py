@@ -29,6 +29,7 @@ from entailment_lab.models.common import (
     last_true_index,
     masked_softmax,
     pack,
+    run_rnn,
 )
 
 CONDITIONS = ("cell", "state")
@@ -114,7 +115,7 @@ class WordByWordAttention(Network):
         batch, len_h = hypothesis.shape
         # --- Conditional encoding (§2.2). Packed sequences: padding is never read. -----------
         x_p = self._inputs(premise)  # (B, len_p, k)
-        Y, (h_L, c_L) = self.premise_lstm(pack(x_p, premise_mask))  # h_L, c_L: (1, B, k)
+        Y, (h_L, c_L) = run_rnn(self.premise_lstm, pack(x_p, premise_mask))  # h_L, c_L: (1, B, k)
         Y, _ = nn.utils.rnn.pad_packed_sequence(Y, batch_first=True,
                                                 total_length=premise.shape[1])  # (B, len_p, k)
         # The hypothesis LSTM starts from the premise's last cell state c_L ("its memory state
@@ -129,7 +130,7 @@ class WordByWordAttention(Network):
             vectors = torch.cat([delim, vectors], dim=1)
             mask_h = torch.cat([mask_h.new_ones(batch, 1), mask_h], dim=1)
         x_h = self.dropout(self.projection(vectors))  # (B, [1 +] len_h, k)
-        H, _ = self.hypothesis_lstm(pack(x_h, mask_h), (h_0, c_L))
+        H, _ = run_rnn(self.hypothesis_lstm, pack(x_h, mask_h), (h_0, c_L))
         H, _ = nn.utils.rnn.pad_packed_sequence(H, batch_first=True, total_length=x_h.shape[1])
         H = H[:, -len_h:]  # (B, len_h, k): the hypothesis words' outputs (no delimiter step)
 
