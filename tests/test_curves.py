@@ -52,6 +52,20 @@ def test_both_plots_and_the_table_are_written(runs, tmp_path):
     assert "61.00 ± 1.41 (2)" in (out / "learning_curve.md").read_text()
 
 
+def test_a_learning_curve_gets_one_validation_panel_per_training_size(runs, tmp_path, monkeypatch):
+    """Runs of one model on several sizes are not drawn in one panel (their epochs differ)."""
+    import entailment_lab.curves as curves
+
+    figures = {}
+    monkeypatch.setattr(curves, "save_figures",
+                        lambda figs, out, dpi: figures.update(figs) or [out / "x.png"])
+    write_run(runs / "c1", "lstm", 1, 8840, 0.6, [{"epoch": 0, "val/acc": 0.5}])
+    plot_validation_curves(load_runs([runs]), tmp_path / "out")
+    titles = [ax.get_title() for ax in figures["validation_curves"].axes if ax.get_title()]
+    assert titles == ["lexical — snli_dev2test, 1,000 pairs",
+                      "lexical — snli_dev2test, 8,840 pairs", "lstm — snli_dev2test"]
+
+
 def test_cli_says_what_is_wrong_with_a_bad_path(tmp_path, capsys):
     import runpy
     import sys

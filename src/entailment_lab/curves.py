@@ -49,14 +49,23 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
 
 
 def history_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per-epoch rows (data, model, seed, epoch, val/acc, train/acc) of every run."""
-    rows = [{"data": r.data, "model": r.model, "seed": r.seed, "folder": r.folder, **h}
+    """Per-epoch rows (data, model, train_size, seed, epoch, val/acc, train/acc) of every run."""
+    rows = [{"data": r.data, "model": r.model, "train_size": r.train_size, "seed": r.seed,
+             "folder": r.folder, **h}
             for r in runs.itertuples() for h in r.history]
     return pd.DataFrame(rows)
 
 
+def _panel_title(data: str, model: str, train_size: float, sizes: int) -> str:
+    """``model — data``, with the training pairs (-1: unknown) when the model ran on several
+    sizes."""
+    pairs = f", {int(train_size):,} pairs" if sizes > 1 and train_size >= 0 else ""
+    return f"{model} — {data}{pairs}"
+
+
 def plot_validation_curves(runs: pd.DataFrame, out: Path) -> Path:
-    """One panel per (data, model): val/acc per epoch for each run, its best epoch marked."""
+    """One panel per (data, model) and, for a learning curve, per training size: val/acc per
+    epoch for each run, its best epoch marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,14 +74,17 @@ def plot_validation_curves(runs: pd.DataFrame, out: Path) -> Path:
     history = history_frame(runs)
     if history.empty or "val/acc" not in history:
         raise ValueError("no run has a per-epoch history (results.json 'history')")
-    panels = sorted(history.groupby(["data", "model"]).groups)
+    history["train_size"] = history["train_size"].fillna(-1)  # unknown size: one panel
+    panels = sorted(history.groupby(["data", "model", "train_size"]).groups)
+    sizes = history.groupby(["data", "model"])["train_size"].nunique()
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
     # At least 7 in wide: the suptitle below is wider than one or two 4-inch panels.
     fig, axes = plt.subplots(rows, cols, figsize=(max(4 * cols, 7), 3 * rows), squeeze=False,
                              layout="constrained")  # leaves the suptitle its own room
-    for ax, (data, model) in zip(axes.flat, panels, strict=False):
-        panel = history[(history["data"] == data) & (history["model"] == model)]
+    for ax, (data, model, size) in zip(axes.flat, panels, strict=False):
+        panel = history[(history["data"] == data) & (history["model"] == model)
+                        & (history["train_size"] == size)]
         for (seed, _folder), run in panel.groupby(["seed", "folder"]):
             run = run.dropna(subset=["val/acc"])
             line, = ax.plot(run["epoch"] + 1, 100 * run["val/acc"], marker=".", lw=1,
@@ -80,7 +92,7 @@ def plot_validation_curves(runs: pd.DataFrame, out: Path) -> Path:
             best = run.loc[run["val/acc"].idxmax()]
             ax.plot(best["epoch"] + 1, 100 * best["val/acc"], "o", color=line.get_color(),
                     mfc="none", ms=9)
-        ax.set_title(f"{model} — {data}", fontsize=9)
+        ax.set_title(_panel_title(data, model, size, sizes[(data, model)]), fontsize=9)
         ax.set_xlabel("epoch")
         ax.set_ylabel("val acc %")
         ax.grid(alpha=0.3)
