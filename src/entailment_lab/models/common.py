@@ -156,12 +156,14 @@ def run_rnn(
     """
     if packed.data.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
         return rnn(packed, hx)
+    if packed.data.dtype in (torch.float16, torch.bfloat16):
+        packed = packed.float()
     if isinstance(hx, tuple):
-        hx = tuple(h.float() for h in hx)
+        hx = tuple(_at_least_float32(h) for h in hx)
     elif hx is not None:
-        hx = hx.float()
+        hx = _at_least_float32(hx)
     with torch.autocast("cpu", enabled=False):
-        return rnn(packed.float(), hx)
+        return rnn(packed, hx)
 
 
 def run_packed(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
