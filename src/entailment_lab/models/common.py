@@ -156,8 +156,7 @@ def run_rnn(
     """
     if packed.data.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
         return rnn(packed, hx)
-    if packed.data.dtype in (torch.float16, torch.bfloat16):
-        packed = packed.float()
+    packed = packed._replace(data=_at_least_float32(packed.data))  # PackedSequence: a namedtuple
     if isinstance(hx, tuple):
         hx = tuple(_at_least_float32(h) for h in hx)
     elif hx is not None:
