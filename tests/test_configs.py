@@ -6,6 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from entailment_lab import pipeline
 from entailment_lab.cli import (
     auto_threads,
     parallel_jobs,
@@ -243,3 +244,44 @@ def test_sick_protocol_trains_the_recipe_budget_without_early_stopping(model, tm
     assert recipe.callbacks.early_stopping is not None  # the recipe stops early on SNLI
     assert cfg.callbacks.early_stopping is None
     assert cfg.trainer.max_epochs == recipe.trainer.max_epochs
+
+
+# (experiment, model) -> max_epochs: conf/budget/<experiment>/<recipe>.yaml where the recipe's
+# budget was measured not to converge on that protocol's data, else the recipe's own.
+@pytest.mark.parametrize(("experiment", "model", "epochs"), [
+    ("protocols/sick", "decatt", 180),
+    ("protocols/sick", "decatt_intra", 120),
+    ("protocols/snli_dev2test", "decatt", 120),
+    ("protocols/snli_dev2test", "decatt_intra", 60),  # the recipe's: flat from about epoch 60
+    ("protocols/sick", "lstm", 30),
+    ("table2/row08", "decatt", 60),                   # a Table 2 row keeps the paper's recipe
+])
+def test_protocol_budget_replaces_the_recipe_epochs(experiment, model, epochs, tmp_path):
+    cfg = compose_cfg([f"experiment={experiment}", f"model={model}"], tmp_path)
+    assert cfg.trainer.max_epochs == epochs
+    # results.json names the budget file only where one was merged
+    choices = pipeline._run_summary(cfg)["choices"]
+    assert ("budget" in choices) == (epochs != compose_cfg([f"model={model}"], tmp_path)
+                                     .trainer.max_epochs)
+
+
+def test_protocol_budget_yields_to_the_command_line(tmp_path):
+    base = ["experiment=protocols/sick", "model=decatt"]
+    assert compose_cfg([*base, "trainer.max_epochs=7"], tmp_path).trainer.max_epochs == 7
+    assert compose_cfg([*base, "~budget"], tmp_path).trainer.max_epochs == 60  # the recipe's
+    assert compose_cfg(["model=decatt"], tmp_path).trainer.max_epochs == 60
+    overrides = [*base, "trainer.max_epochs=7"]  # what the report's reduced-run check reads
+    assert configured_max_epochs(compose_cfg(overrides, tmp_path), overrides) == 180
+    # the budget follows the recipe, not the model name: DIN's recipe keeps its 30 epochs
+    assert compose_cfg([*base, "recipe=din"], tmp_path).trainer.max_epochs == 30
+
+
+def test_every_budget_file_names_an_experiment_and_a_recipe():
+    """A misspelt budget file would never be selected (the group is optional): catch it here."""
+    files = sorted((REPO / "conf" / "budget").rglob("*.yaml"))
+    assert files
+    for path in files:
+        experiment = path.parent.relative_to(REPO / "conf" / "budget")
+        assert (REPO / "conf" / "experiment" / f"{experiment}.yaml").is_file(), path
+        assert (REPO / "conf" / "recipe" / path.name).is_file(), path
+        assert set(OmegaConf.load(path)) == {"trainer"}, path  # epochs only, not the recipe

@@ -22,6 +22,7 @@ from torch import nn
 
 from entailment_lab.callbacks import EpochSeed, ResultsRecorder
 from entailment_lab.checkpoints import checkpoint_metadata
+from entailment_lab.cli import CONFIG_DIR
 from entailment_lab.config import configured_max_epochs, instantiate
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
@@ -120,6 +121,10 @@ def _inputs(cfg: DictConfig) -> str | None:
         return None
 
 
+def _budget_file_exists(choice: str | None) -> bool:
+    return bool(choice) and (Path(CONFIG_DIR) / "budget" / f"{choice}.yaml").is_file()
+
+
 def _run_summary(cfg: DictConfig) -> dict[str, Any]:
     choices = {}
     try:
@@ -127,6 +132,10 @@ def _run_summary(cfg: DictConfig) -> dict[str, Any]:
 
         hc = HydraConfig.get()
         choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
+        # `budget` is an optional choice made by interpolation (${experiment}/${recipe}, in
+        # conf/train.yaml): name it only where such a file exists and was merged
+        if not _budget_file_exists(choices.get("budget")):
+            choices.pop("budget", None)
         overrides = list(hc.overrides.task)
     except ValueError:
         overrides = []
