@@ -276,6 +276,19 @@ def test_protocol_budget_yields_to_the_command_line(tmp_path):
     assert compose_cfg([*base, "recipe=din"], tmp_path).trainer.max_epochs == 30
 
 
+def test_a_misspelt_budget_is_refused_not_skipped(tmp_path):
+    """Hydra skips a missing optional config without a word: the run would train 60 epochs."""
+    base = ["experiment=protocols/sick", "data_root=/data", "model=decatt"]
+    cfg = compose_cfg([*base, "budget=protocols/sick/decat"], tmp_path)
+    assert cfg.trainer.max_epochs == 60  # what Hydra alone would have trained
+    with pytest.raises(ConfigError, match=r"budget=protocols/sick/decat: no file conf/budget/"
+                                          r"protocols/sick/decat\.yaml; the budgets are .*"
+                                          r"protocols/sick/decatt.*~budget"):
+        pipeline.check_config(cfg)
+    pipeline.check_config(compose_cfg([*base, "budget=protocols/sick/decatt_intra"], tmp_path))
+    pipeline.check_config(compose_cfg([*base, "~budget"], tmp_path))
+
+
 def test_every_budget_file_names_an_experiment_and_a_recipe():
     """A misspelt budget file would never be selected (the group is optional): catch it here."""
     files = sorted((REPO / "conf" / "budget").rglob("*.yaml"))

@@ -125,6 +125,20 @@ def _budget_file_exists(choice: str | None) -> bool:
     return bool(choice) and (Path(CONFIG_DIR) / "budget" / f"{choice}.yaml").is_file()
 
 
+def check_budget_override(overrides: list[str]) -> None:
+    """An explicit ``budget=NAME`` must name a file of ``conf/budget/``: the group is optional
+    (chosen by interpolation, conf/train.yaml), so Hydra skips a misspelt one without a word
+    and the run would train the recipe's epochs instead."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "budget" and not _budget_file_exists(value):
+            known = sorted(str(p.relative_to(Path(CONFIG_DIR) / "budget").with_suffix(""))
+                           for p in (Path(CONFIG_DIR) / "budget").rglob("*.yaml"))
+            raise ConfigError(f"budget={value}: no file conf/budget/{value}.yaml; the budgets "
+                              f"are {', '.join(known)}. Leave budget out (the protocol picks "
+                              "its own), or drop it with ~budget to train the recipe's epochs")
+
+
 def _run_summary(cfg: DictConfig) -> dict[str, Any]:
     choices = {}
     try:
@@ -137,7 +151,7 @@ def _run_summary(cfg: DictConfig) -> dict[str, Any]:
         if not _budget_file_exists(choices.get("budget")):
             choices.pop("budget", None)
         overrides = list(hc.overrides.task)
-    except ValueError:
+    except ValueError:  # no Hydra run (a test, a notebook)
         overrides = []
     return {
         "task": cfg.task_name,
@@ -197,8 +211,9 @@ def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg
 
 def check_config(cfg: DictConfig) -> None:
     """Fail before any data is read: required (``???``) values, the trainer's precision
-    (``check_precision``), then the model's own checks of its ``model.net`` values
-    (``Network.check_config``; e.g. ``dim`` for DIN)."""
+    (``check_precision``), an explicit ``budget=`` (``check_budget_override``), then the
+    model's own checks of its ``model.net`` values (``Network.check_config``; e.g. ``dim`` for
+    DIN)."""
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise ConfigError(
@@ -207,6 +222,10 @@ def check_config(cfg: DictConfig) -> None:
         )
     if "trainer" in cfg:
         check_precision(cfg.trainer)
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        check_budget_override(list(HydraConfig.get().overrides.task))
     if "model" in cfg:  # the model's own cheap checks, e.g. DIN's perfect-square dim
         network_class(cfg.model.net).check_config(OmegaConf.to_container(cfg.model.net,
                                                                          resolve=True))
