@@ -30,11 +30,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,74 +43,24 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from pairs import (  # noqa: E402
+    KEYS,
+    Batch,
+    Impl,
+    differences,
+    load_batches,
+    load_commit_class,
+    padding,
+    seconds,
+)
 
 from din_padded import padded_forward  # noqa: E402
-from entailment_lab.data.datamodule import TextDataModule  # noqa: E402
 from entailment_lab.embeddings import glove_6b_50d, random_embeddings  # noqa: E402
 from entailment_lab.models.din import DIN  # noqa: E402
 
-Batch = dict[str, torch.Tensor]
 Shape = tuple[int, ...]
-KEYS = ("premise", "premise_mask", "hypothesis", "hypothesis_mask")
-
-
-def load_batches(args: argparse.Namespace) -> tuple[TextDataModule, list[Batch]]:
-    """Every ``stride``-th batch of one epoch of the DataModule's bucketed training order."""
-    datamodule = TextDataModule(
-        fields={"premise": ["premise", "sentence1"], "hypothesis": ["hypothesis", "sentence2"]},
-        label_field=["label", "gold_label"], label_names=["entailment", "neutral", "contradiction"],
-        files={"train": args.data}, vocab_splits=["train"], batch_size=args.batch, seed=args.seed)
-    datamodule.setup()
-    loader = datamodule.train_dataloader()
-    stride = max(1, len(loader) // (args.warmup + args.steps))
-    batches = [b for i, b in enumerate(loader) if i % stride == 0]
-    return datamodule, batches[: args.warmup + args.steps]
-
-
-def load_commit_din(commit: str) -> type[DIN] | None:
-    """``DIN`` from models/din.py at ``commit`` (git show), or None with a message."""
-    try:
-        source = subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{commit}:src/entailment_lab/models/din.py"],
-            check=True, capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError) as err:
-        print(f"# {commit}: not measured (git show failed: {getattr(err, 'stderr', err)!s})")
-        return None
-    path = Path(tempfile.mkdtemp()) / f"din_{commit}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(f"din_{commit}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DIN
-
-
-class Impl:
-    """One implementation: a model (its own copy of the weights), its forward and its Adam."""
-
-    def __init__(self, name: str, model: torch.nn.Module,
-                 forward: Callable[..., dict[str, torch.Tensor]] | None = None) -> None:
-        self.name, self.model = name, model
-        self.forward = forward or model
-        self.optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
-
-    def logits(self, batch: Batch) -> torch.Tensor:
-        return self.forward(*(batch[k] for k in KEYS))["logits"]
-
-    def train_step(self, batch: Batch) -> None:
-        self.optimiser.zero_grad()
-        F.cross_entropy(self.logits(batch), batch["label"]).backward()
-        self.optimiser.step()
-
-    def infer(self, batch: Batch) -> None:
-        with torch.no_grad():
-            self.logits(batch)
-
-
-def seconds(fn: Callable[[Batch], None], batches: list[Batch]) -> float:
-    start = time.perf_counter()
-    for batch in batches:
-        fn(batch)
-    return time.perf_counter() - start
 
 
 def _addmm_(self_shape: Shape, a_shape: Shape, b_shape: Shape, *_: object, **__: object) -> int:
@@ -146,26 +93,6 @@ def matmul_seconds(reps: int = 10) -> float:
     for _ in range(reps):
         a @ b
     return (time.perf_counter() - start) / reps
-
-
-def differences(impls: list[Impl], batch: Batch) -> dict[str, tuple[float, float]]:
-    """Largest |logit| and |gradient| difference of each implementation from the first."""
-    results = []
-    for impl in impls:
-        impl.model.eval()
-        impl.model.zero_grad()
-        logits = impl.logits(batch)
-        F.cross_entropy(logits, batch["label"]).backward()
-        grads = {n: p.grad for n, p in impl.model.named_parameters() if p.grad is not None}
-        results.append((logits.detach(), grads))
-        impl.model.train()
-    first_logits, first_grads = results[0]
-    out = {}
-    for impl, (logits, grads) in zip(impls[1:], results[1:], strict=True):
-        d_logit = float((logits - first_logits).abs().max())
-        d_grad = max(float((grads[n] - g).abs().max()) for n, g in first_grads.items())
-        out[impl.name] = (d_logit, d_grad)
-    return out
 
 
 def layer_breakdown(model: DIN, batches: list[Batch], rounds: int) -> dict[str, float]:
@@ -218,15 +145,6 @@ def layer_breakdown(model: DIN, batches: list[Batch], rounds: int) -> dict[str, 
                 call()
             totals[name] += time.perf_counter() - start
     return {k: 1000 * v / (rounds * len(batches)) for k, v in totals.items()}
-
-
-def padding(batches: list[Batch]) -> str:
-    fractions = []
-    for key in ("premise_mask", "hypothesis_mask"):
-        real = sum(int(b[key].sum()) for b in batches)
-        total = sum(b[key].numel() for b in batches)
-        fractions.append(f"{key.split('_')[0]} {100 * (1 - real / total):.1f} %")
-    return ", ".join(fractions)
 
 
 def measure(args: argparse.Namespace, variant: str, dim: int, embedding: torch.nn.Embedding,
@@ -318,7 +236,7 @@ def main() -> None:
     datamodule, batches = load_batches(args)
     make = glove_6b_50d if args.embeddings == "glove6b50d" else random_embeddings
     embedding = make(datamodule.vocab, seed=args.seed)  # frozen, as DIN trains
-    base = load_commit_din(args.base) if args.base else None
+    base = load_commit_class(args.base, "din", "DIN") if args.base else None
     print(f"# {' '.join(sys.argv)}")
     print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}; data "
           f"{args.data}: {len(datamodule.splits['train']):,} pairs, batch {args.batch}, "

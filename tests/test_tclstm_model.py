@@ -133,6 +133,23 @@ def test_diagonal_wavefront_equals_the_cell_by_cell_recurrence(kwargs):
                                        rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"share_directions": False, "pool_rows": 3}])
+def test_gradients_equal_the_cell_by_cell_recurrences(kwargs):
+    """The wavefront's reordering (index_select in, split per diagonal, index_select back) gives
+    the weights the gradients of the equations run pair by pair."""
+    model = small_model(**kwargs).double()
+    premises = random_sentences((5, 2, 4), VOCAB)
+    hypotheses = random_sentences((3, 4, 1), VOCAB)
+    weights = torch.randn(3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    params = [p for p in model.parameters() if p.requires_grad]
+    logits = model(*pad_batch(premises), *pad_batch(hypotheses))["logits"]
+    batched = torch.autograd.grad((logits * weights).sum(), params)
+    reference = sum((reference_logits(model, p, h) * w).sum()
+                    for p, h, w in zip(premises, hypotheses, weights, strict=True))
+    for got, want in zip(batched, torch.autograd.grad(reference, params), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
 def test_padding_does_not_change_logits():
     assert_padding_invariant(small_model(pool_rows=2, pool_cols=2), VOCAB,
                              premise_mates=(11, 9), hypothesis_mates=(7, 10))

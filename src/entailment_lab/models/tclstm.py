@@ -15,7 +15,7 @@ choices (and what we could not check in the paper), recipe, parameter counts:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -47,6 +47,34 @@ def reversal_index(mask: torch.Tensor) -> torch.Tensor:
     positions = torch.arange(mask.size(1), device=mask.device).expand_as(mask)
     lengths = mask.long().sum(1, keepdim=True)
     return torch.where(positions < lengths, lengths - 1 - positions, positions)
+
+
+def wavefront_order(n: int, m: int, device: torch.device) -> tuple[torch.Tensor, list[int]]:
+    """The cells of an n × m grid in the order the recurrence fills them.
+
+    Returns the flat indices i·m + j sorted by anti-diagonal t = i + j and, within a diagonal,
+    by i (n·m,), and the number of cells of each of the n + m − 1 diagonals.
+    """
+    i = torch.arange(n, device=device)[:, None].expand(n, m)
+    j = torch.arange(m, device=device)[None, :].expand(n, m)
+    order = torch.argsort(((i + j) * n + i).flatten())
+    sizes = [min(n - 1, t) - max(0, t - m + 1) + 1 for t in range(n + m - 1)]
+    return order, sizes
+
+
+def pick(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``out[k, b, p] = table[k or 0, b, index[k, b, p]]``: (D, B, S, f), (K, B, P) -> (K, B, P, f).
+
+    D is 1 (one table for every direction) or K. One ``index_select`` on the flattened table:
+    its backward is one ``index_add`` (per-diagonal slicing would zero-fill a full-size gradient
+    for every diagonal).
+    """
+    D, B, S, f = table.shape
+    K, _, P = index.shape
+    unit = torch.arange(K, device=index.device) if D > 1 else index.new_zeros(K)
+    base = (unit[:, None] * B + torch.arange(B, device=index.device)[None, :]) * S  # (K, B)
+    flat = (index + base[..., None]).flatten()
+    return table.reshape(D * B * S, f).index_select(0, flat).view(K, B, P, f)
 
 
 def chunk_membership(lengths: torch.Tensor, chunks: int, size: int) -> torch.Tensor:
@@ -82,35 +110,32 @@ class TCLSTMBlock(nn.Module):
                                                5 * hidden_size))
         self.bias = nn.Parameter(torch.empty(num_weights, 1, 5 * hidden_size))
 
-    def sweep(self, cell_inputs: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-              shape: tuple[int, int, int, int]) -> torch.Tensor:
+    def sweep(self, inputs: torch.Tensor, n: int, m: int, sizes: Sequence[int]) -> torch.Tensor:
         """Fill the grid of every direction from its (1, 1) corner, anti-diagonal by diagonal.
 
-        ``cell_inputs(rows, cols)`` gives the input part T_A[x_i; y_j] + b of the cells (rows[l],
-        cols[l]) of one diagonal, (K, B, L, 5d), in each direction's own (reversed) coordinates;
-        ``shape`` is (K, B, n, m). Returns h: (K, B, n, m, d). Cell (i, j) reads only cells
-        (i−1, j) and (i, j−1) or the zero border (i = 0 or j = 0), so a real cell never reads a
-        padded one: padded cells come after the real ones in both coordinates.
+        ``inputs`` is the input part T_A[x_i; y_j] + b of every cell, (K, B, n·m, 5d), in each
+        direction's own (reversed) coordinates and in ``wavefront_order`` (diagonal t = i + j
+        after diagonal, ``sizes[t]`` cells each, i ascending). Returns h in the same layout,
+        (K, B, n·m, d). Cell (i, j) reads only cells (i−1, j) and (i, j−1) or the zero border
+        (i = 0 or j = 0), so a real cell never reads a padded one: padded cells come after the
+        real ones in both coordinates.
         """
-        K, B, n, m = shape
+        K, B = inputs.shape[:2]
         d = self.hidden_size
         recurrent = self.weight[:, self.input_size:]  # (D, 2d, 5d), acts on [h_{i,j−1}; h_{i−1,j}]
-        device = self.weight.device
         # Diagonal t (cells (i, t − i), i = lo..hi) is stored in "row space": (K, B, n + 1, d),
         # row i + 1 holds cell i, row 0 is the border i = −1; rows off the diagonal are zero.
-        h_prev = self.weight.new_zeros(K, B, n + 1, d)
-        c_prev = self.weight.new_zeros(K, B, n + 1, d)
+        h_prev = inputs.new_zeros(K, B, n + 1, d)
+        c_prev = inputs.new_zeros(K, B, n + 1, d)
         outputs: list[torch.Tensor] = []
-        cells: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for t in range(n + m - 1):
+        # split's backward is one cat: no zero-filled full-size gradient per diagonal.
+        for t, cell_inputs in enumerate(inputs.split(list(sizes), dim=2)):  # (K, B, L, 5d)
             lo, hi = max(0, t - m + 1), min(n - 1, t)
-            rows = torch.arange(lo, hi + 1, device=device)  # i of the L cells
-            cols = t - rows  # j
             L = hi - lo + 1
             up = slice(lo, hi + 1)  # (i − 1, j) is row i of the previous diagonal's storage
             left = slice(lo + 1, hi + 2)  # (i, j − 1) is row i + 1 (zero when j = 0)
             h_both = torch.cat([h_prev[:, :, left], h_prev[:, :, up]], dim=-1)  # (K, B, L, 2d)
-            gates = cell_inputs(rows, cols) + torch.matmul(
+            gates = cell_inputs + torch.matmul(
                 h_both.reshape(K, B * L, 2 * d), recurrent).view(K, B, L, 5 * d)
             c_tilde, o, i, f_left, f_up = gates.chunk(5, dim=-1)
             c = (torch.tanh(c_tilde) * torch.sigmoid(i)  # c_{i,j}: (K, B, L, d)
@@ -120,11 +145,7 @@ class TCLSTMBlock(nn.Module):
             pad = (0, 0, lo + 1, n - hi - 1)  # back to row space
             h_prev, c_prev = F.pad(h, pad), F.pad(c, pad)
             outputs.append(h)
-            cells.append((rows, cols))
-        values = torch.cat(outputs, dim=2)  # (K, B, n·m, d), diagonal after diagonal
-        grid = values.new_zeros(K, B, n, m, d)
-        grid[:, :, torch.cat([r for r, _ in cells]), torch.cat([c for _, c in cells])] = values
-        return grid
+        return torch.cat(outputs, dim=2)  # (K, B, n·m, d), diagonal after diagonal
 
 
 class TightlyCoupledLSTM(Network):
@@ -198,22 +219,6 @@ class TightlyCoupledLSTM(Network):
                 if not name.startswith("embedding."):
                     p.uniform_(-init_range, init_range)
 
-    @staticmethod
-    def _reorder(grid: torch.Tensor, index_p: torch.Tensor, index_h: torch.Tensor,
-                 flips: Sequence[tuple[bool, bool]]) -> torch.Tensor:
-        """(B, n, m, f) -> (K, B, n, m, f): the grid in each direction's coordinates (and back:
-        reversing the real positions is its own inverse)."""
-        B, n, m, f = grid.shape
-        out = []
-        for flip_p, flip_h in flips:
-            g = grid
-            if flip_p:
-                g = g.gather(1, index_p[:, :, None, None].expand(B, n, m, f))
-            if flip_h:
-                g = g.gather(2, index_h[:, None, :, None].expand(B, n, m, f))
-            out.append(g)
-        return torch.stack(out)
-
     def forward(
         self,
         premise: torch.Tensor,
@@ -225,38 +230,38 @@ class TightlyCoupledLSTM(Network):
         """Logits ``(B, C)``; with details, the top block's grid ĥ and the pooled regions."""
         x = self.dropout(self.embedding(premise))  # (B, n, e)
         y = self.dropout(self.embedding(hypothesis))  # (B, m, e)
-        B, n, m = x.size(0), x.size(1), y.size(1)
-        d, K = self.hidden_size, len(self.directions)
-        index_p = reversal_index(premise_mask)  # (B, n)
-        index_h = reversal_index(hypothesis_mask)  # (B, m)
+        B, n, m, e = x.size(0), x.size(1), y.size(1), x.size(2)
+        d = self.hidden_size
+        order, sizes = wavefront_order(n, m, x.device)  # (n·m,) cells i·m + j, diagonal order
+        rows, cols = order // m, order % m
+        # Direction k reads a sentence backwards by running on it reversed within its true
+        # length: its cell (i', j') is the grid's cell (read_p[k, i'], read_h[k, j']).
+        forward_p = torch.arange(n, device=x.device).expand(B, n)
+        forward_h = torch.arange(m, device=x.device).expand(B, m)
+        read_p = torch.stack([reversal_index(premise_mask) if flip else forward_p
+                              for flip, _ in self.directions])  # (K, B, n)
+        read_h = torch.stack([reversal_index(hypothesis_mask) if flip else forward_h
+                              for _, flip in self.directions])  # (K, B, m)
+        read_p, read_h = read_p[:, :, rows], read_h[:, :, cols]  # (K, B, n·m) per position
+        source = read_p * m + read_h  # the grid cell that position p of direction k computes
+        # ... and back: the position of every grid cell in each direction (a permutation).
+        target = torch.empty_like(source).scatter_(
+            2, source, torch.arange(n * m, device=x.device).expand_as(source))
         grid_mask = premise_mask[:, :, None] & hypothesis_mask[:, None, :]  # (B, n, m)
 
         grid = x.new_zeros(B, n, m, d)  # ĥ of the block below, set by each block
         for layer, block in enumerate(self.blocks):
-            W, b = block.weight, block.bias  # (D, in + 2d, 5d), (D, 1, 5d)
+            W, b = block.weight[:, None], block.bias[:, None]  # (D, 1, in + 2d, 5d), (D, 1, 1, 5d)
             if layer == 0:
                 # T_A[x_i; y_j] + b = (A_x x_i + b) + A_y y_j: each word projected once.
-                e = x.size(-1)
-                xs = torch.stack([x.gather(1, index_p[..., None].expand_as(x)) if fp else x
-                                  for fp, _ in self.directions])  # (K, B, n, e)
-                ys = torch.stack([y.gather(1, index_h[..., None].expand_as(y)) if fh else y
-                                  for _, fh in self.directions])  # (K, B, m, e)
-                px = (torch.matmul(xs.reshape(K, B * n, e), W[:, :e]) + b).view(K, B, n, -1)
-                py = torch.matmul(ys.reshape(K, B * m, e), W[:, e:2 * e]).view(K, B, m, -1)
-
-                def cell_inputs(rows: torch.Tensor, cols: torch.Tensor,
-                                px: torch.Tensor = px, py: torch.Tensor = py) -> torch.Tensor:
-                    return px[:, :, rows] + py[:, :, cols]  # (K, B, L, 5d)
+                px = torch.matmul(x, W[..., :e, :]) + b  # (D, B, n, 5d)
+                py = torch.matmul(y, W[..., e:2 * e, :])  # (D, B, m, 5d)
+                inputs = pick(px, read_p) + pick(py, read_h)  # (K, B, n·m, 5d)
             else:
-                g = self._reorder(self.dropout(grid), index_p, index_h, self.directions)
-
-                def cell_inputs(rows: torch.Tensor, cols: torch.Tensor, g: torch.Tensor = g,
-                                W: torch.Tensor = W, b: torch.Tensor = b) -> torch.Tensor:
-                    cells = g[:, :, rows, cols]  # ĥ_{i,j} of the block below: (K, B, L, d)
-                    return (torch.matmul(cells.reshape(K, -1, d), W[:, :d]) + b).view(
-                        K, B, rows.numel(), -1)  # T_A ĥ_{i,j} + b
-            h = block.sweep(cell_inputs, (K, B, n, m))  # (K, B, n, m, d), own coordinates
-            h = self._reorder_back(h, index_p, index_h)
+                below = self.dropout(grid).view(B, n * m, d)  # ĥ_{i,j} of the block below
+                inputs = pick(torch.matmul(below, W[..., :d, :]) + b, source)  # T_A ĥ + b
+            h = block.sweep(inputs, n, m, sizes)  # (K, B, n·m, d), wavefront order
+            h = pick(h, target).view(-1, B, n, m, d)  # in the grid's own coordinates
             # Aggregation layer: ĥ_{i,j} = Σ_directions h_{i,j}; zero on padded cells.
             grid = h.sum(0) * grid_mask[..., None].to(h.dtype)  # (B, n, m, d)
 
@@ -266,12 +271,6 @@ class TightlyCoupledLSTM(Network):
         if return_details:
             out.update(interaction_grid=grid, grid_mask=grid_mask, pooled=pooled)
         return out
-
-    def _reorder_back(self, h: torch.Tensor, index_p: torch.Tensor, index_h: torch.Tensor
-                      ) -> torch.Tensor:
-        """(K, B, n, m, d) in each direction's coordinates -> the same in the grid's own."""
-        return torch.stack([self._reorder(h[k], index_p, index_h, [flips])[0]
-                            for k, flips in enumerate(self.directions)])
 
     def _dynamic_pool(self, grid: torch.Tensor, premise_mask: torch.Tensor,
                       hypothesis_mask: torch.Tensor) -> torch.Tensor:
