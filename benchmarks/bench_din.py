@@ -53,7 +53,9 @@ from pairs import (  # noqa: E402
     load_batches,
     load_commit_class,
     padding,
+    print_speedups,
     seconds,
+    time_rounds,
 )
 
 from din_padded import padded_forward  # noqa: E402
@@ -163,19 +165,9 @@ def measure(args: argparse.Namespace, variant: str, dim: int, embedding: torch.n
 
     flops = {i.name: (gflop(i.train_step, timed[:2]), gflop(i.infer, timed[:2])) for i in impls}
     pairs = sum(len(b["label"]) for b in timed) * args.rounds
-    train, infer = dict.fromkeys((i.name for i in impls), 0.0), dict.fromkeys(
-        (i.name for i in impls), 0.0)
-    matmul = []
-    for impl in impls:
-        seconds(impl.train_step, warm)
-    for _ in range(args.rounds):
-        matmul.append(matmul_seconds())
-        for impl in impls:
-            impl.model.train()
-            train[impl.name] += seconds(impl.train_step, timed)
-            impl.model.eval()
-            infer[impl.name] += seconds(impl.infer, timed)
-            impl.model.train()
+    matmul: list[float] = []
+    train, infer = time_rounds(impls, warm, timed, args.rounds,
+                               each_round=lambda: matmul.append(matmul_seconds()))
     matmul_rate = 2 * MATMUL_N**3 / 1e9 / (sum(matmul) / len(matmul))
     steps = args.rounds * len(timed)
 
@@ -191,11 +183,7 @@ def measure(args: argparse.Namespace, variant: str, dim: int, embedding: torch.n
         print(f"{impl.name:8s} | {pairs / t:13.1f} {1000 * t / steps:8.1f} {f_train:10.2f} "
               f"{rate:8.1f} {100 * rate / matmul_rate:7.1f}% | {pairs / i:13.1f} "
               f"{f_infer * steps / i:8.1f} | {t / i:10.2f}x")
-    for impl in impls[1:]:
-        d_logit, d_grad = diffs[impl.name]
-        print(f"now vs {impl.name}: training {train[impl.name] / train['now']:.2f}x, inference "
-              f"{infer[impl.name] / infer['now']:.2f}x faster; max |Δ logit| {d_logit:.1e}, "
-              f"max |Δ grad| {d_grad:.1e} (eval mode, same weights)")
+    print_speedups(impls, train, infer, diffs)
     if args.breakdown:
         parts = layer_breakdown(copy.deepcopy(model), timed, args.rounds)
         total = sum(parts.values())

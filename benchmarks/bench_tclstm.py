@@ -25,7 +25,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pairs import Impl, differences, load_batches, load_commit_class, padding, seconds
+from pairs import (
+    Impl,
+    differences,
+    load_batches,
+    load_commit_class,
+    padding,
+    print_speedups,
+    time_rounds,
+)
 
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.models.common import count_trainable_parameters
@@ -70,16 +78,7 @@ def main() -> None:
           f"{len(timed)} timed batches x {args.rounds} rounds (+{len(warm)} warm-up); padding "
           f"in them: {padding(timed)}; {count_trainable_parameters(model, exclude=embedding):,} "
           f"parameters (word vectors not counted)")
-    train = dict.fromkeys((i.name for i in impls), 0.0)
-    infer = dict.fromkeys((i.name for i in impls), 0.0)
-    for impl in impls:
-        seconds(impl.train_step, warm)
-    for _ in range(args.rounds):
-        for impl in impls:
-            impl.model.train()
-            train[impl.name] += seconds(impl.train_step, timed)
-            impl.model.eval()
-            infer[impl.name] += seconds(impl.infer, timed)
+    train, infer = time_rounds(impls, warm, timed, args.rounds)
     steps = args.rounds * len(timed)
     print(f"{'impl':8s} | {'train ms/step':>13s} {'pairs/s':>8s} | {'infer ms/batch':>14s} "
           f"{'pairs/s':>8s}")
@@ -88,12 +87,7 @@ def main() -> None:
         t, i = train[impl.name], infer[impl.name]
         print(f"{impl.name:8s} | {1000 * t / steps:13.1f} {pairs / t:8.1f} | "
               f"{1000 * i / steps:14.1f} {pairs / i:8.1f}")
-    for impl in impls[1:]:
-        d_logit, d_grad = diffs[impl.name]
-        print(f"now vs {impl.name}: training {train[impl.name] / train['now']:.2f}x, inference "
-              f"{infer[impl.name] / infer['now']:.2f}x faster; max |Δ logit| {d_logit:.1e}, "
-              f"max |Δ grad| {d_grad:.1e} (eval mode, same weights)")
-
+    print_speedups(impls, train, infer, diffs)
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -120,3 +120,38 @@ def padding(batches: list[Batch]) -> str:
         total = sum(b[key].numel() for b in batches)
         fractions.append(f"{key.split('_')[0]} {100 * (1 - real / total):.1f} %")
     return ", ".join(fractions)
+
+
+def time_rounds(impls: list[Impl], warm: list[Batch], timed: list[Batch], rounds: int,
+                each_round: Callable[[], None] | None = None
+                ) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds of training steps and of inference per implementation, summed over ``rounds``.
+
+    The implementations alternate within each round (a change of machine load hits all alike);
+    ``warm`` batches are trained on once first and not timed; ``each_round`` runs at the start
+    of every round (e.g. a reference timing).
+    """
+    train = dict.fromkeys((i.name for i in impls), 0.0)
+    infer = dict.fromkeys((i.name for i in impls), 0.0)
+    for impl in impls:
+        seconds(impl.train_step, warm)
+    for _ in range(rounds):
+        if each_round is not None:
+            each_round()
+        for impl in impls:
+            impl.model.train()
+            train[impl.name] += seconds(impl.train_step, timed)
+            impl.model.eval()
+            infer[impl.name] += seconds(impl.infer, timed)
+            impl.model.train()
+    return train, infer
+
+
+def print_speedups(impls: list[Impl], train: Mapping[str, float], infer: Mapping[str, float],
+                   diffs: Mapping[str, tuple[float, float]]) -> None:
+    """One line per implementation after the first ("now"): its speed-up and differences."""
+    for impl in impls[1:]:
+        d_logit, d_grad = diffs[impl.name]
+        print(f"now vs {impl.name}: training {train[impl.name] / train['now']:.2f}x, inference "
+              f"{infer[impl.name] / infer['now']:.2f}x faster; max |Δ logit| {d_logit:.1e}, "
+              f"max |Δ grad| {d_grad:.1e} (eval mode, same weights)")

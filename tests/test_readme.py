@@ -39,6 +39,8 @@ TINY = {
     "benchmarks/bench_din.py": ["--dims", "16", "--variants", "din1", "--steps", "1",
                                 "--warmup", "1", "--rounds", "1", "--batch", "4",
                                 "--embeddings", "random", "--threads", "1"],
+    "benchmarks/bench_tclstm.py": ["--steps", "1", "--warmup", "1", "--rounds", "1",
+                                   "--batch", "4"],
 }
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
        "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
