@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import inspect
 import json
 import logging
@@ -97,6 +98,37 @@ def test_sigterm_interrupts_and_resuming_gives_the_uninterrupted_result(pair_fil
     assert resumed["resumed_from"] == str(first.resolve())
     assert read(first)["resumed_by"] == [str(second.resolve())]
     assert resumed["wandb_run_id"] == results["wandb_run_id"]
+
+
+def csv_rows(folder: Path) -> list[dict[str, str]]:
+    with (folder / "csv" / "metrics.csv").open(newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def test_resuming_in_place_keeps_the_csv_rows_of_the_earlier_epochs(pair_files, tmp_path):
+    """Lightning's CSVLogger deletes metrics.csv of a folder it logs into again; resumed in its
+    own folder, a run's CSV holds every epoch, as the uninterrupted run's does."""
+    base = [*LSTM, *FAST, *file_overrides(pair_files), *SEEDED, "trainer.max_epochs=3",
+            "callbacks.early_stopping=null", "logger=csv"]
+    whole, run = tmp_path / "whole", tmp_path / "run"
+    pipeline.train(compose_cfg(base, whole))
+    killer = ["+callbacks.sigterm._target_=tests.test_stops.SigtermAt",
+              "+callbacks.sigterm.epoch=2"]
+    with pytest.raises(RunInterruptedError):
+        pipeline.train(compose_cfg([*base, *killer], run))
+    assert {row["epoch"] for row in csv_rows(run) if row.get("val/acc")} == {"0", "1"}
+    pipeline.train(compose_cfg([*base, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}"], run))
+    expected, got = csv_rows(whole), csv_rows(run)
+    assert [(r["step"], r["epoch"]) for r in got] == [(r["step"], r["epoch"]) for r in expected]
+    for want, have in zip(expected, got, strict=True):
+        for key in ("val/acc", "train/acc"):
+            assert (have[key] == "") == (want[key] == "")
+            if want[key]:
+                assert float(have[key]) == pytest.approx(float(want[key]), abs=1e-6), key
+
+    # A fresh run into a used folder (no ckpt_path) starts a new file, as Lightning's does.
+    pipeline.train(compose_cfg([*base, "trainer.max_epochs=1"], run))
+    assert {row["epoch"] for row in csv_rows(run) if row.get("val/acc")} == {"0"}
 
 
 def test_sigterm_before_training_is_recorded_too(pair_files, tmp_path, monkeypatch):

@@ -3,13 +3,17 @@ multirun sweep (written into the run's config), one W&B run per job."""
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.loggers import Logger
+from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from omegaconf import DictConfig, open_dict
 
 from entailment_lab.config import instantiate
@@ -66,9 +70,58 @@ def wandb_group(config: Mapping[str, Any]) -> str | None:
                  and node.get("group")), None)
 
 
+class _KeepingWriter(ExperimentWriter):
+    """Lightning's CSV writer, except that the rows already in ``metrics.csv`` are kept.
+
+    Lightning deletes the file of a folder it logs into again, so a run resumed in its own
+    folder would keep only the epochs after the checkpoint. This writer reads the earlier rows
+    first and writes back those logged before the first step it logs itself (so the rows of an
+    epoch interrupted after its checkpoint, which the resumed run replays, are not doubled).
+    """
+
+    def __init__(self, log_dir: str) -> None:
+        path = Path(log_dir) / self.NAME_METRICS_FILE
+        self._earlier: list[dict[str, str]] = []
+        if path.is_file():
+            with path.open(newline="", encoding="utf-8") as file:
+                self._earlier = list(csv.DictReader(file))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r".*Previous log files in this directory")
+            super().__init__(log_dir=log_dir)
+
+    def save(self) -> None:
+        if self._earlier and self.metrics:
+            first = min(int(row["step"]) for row in self.metrics)
+            kept = [{k: v for k, v in row.items() if v != ""} for row in self._earlier
+                    if row.get("step", "").isdigit() and int(row["step"]) < first]
+            self.metrics = [*kept, *self.metrics]
+            self._earlier = []
+        super().save()
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning's ``CSVLogger``; with ``resuming`` (a run resumed from a checkpoint) the rows
+    already in the folder's ``metrics.csv`` are kept (``_KeepingWriter``), where Lightning's
+    would delete them. Without it, or in a new folder, it is Lightning's logger."""
+
+    def __init__(self, *args: Any, resuming: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._resuming = resuming
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            writer = _KeepingWriter if self._resuming else ExperimentWriter
+            self._experiment = writer(log_dir=self.log_dir)
+        return self._experiment
+
+
 def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]:
     """The loggers of ``cfg.logger``; W&B with its group in the run's settings and, given
-    ``resume_id``, continuing that run."""
+    ``resume_id``, continuing that run; the CSV logger of a resumed run (``ckpt_path``) keeping
+    the rows logged before."""
     resolve_wandb_group(cfg)
     loggers = []
     for name, node in (cfg.get("logger") or {}).items():
@@ -82,6 +135,8 @@ def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]
             kwargs["settings"] = wandb.Settings(run_group=node.get("group"))
             if resume_id:
                 kwargs.update(id=resume_id, resume="allow")
+        if node._target_.endswith("ResumableCSVLogger"):
+            kwargs["resuming"] = bool(cfg.get("ckpt_path"))
         loggers.append(instantiate(node, f"logger.{name}", **kwargs))
     return loggers
 
