@@ -428,6 +428,18 @@ def test_budget_recorded_at_run_time_decides_what_is_reduced(tmp_path):
     assert reduced_budget(load_job(tmp_path / "long")) is None
 
 
+def test_a_time_cap_reduces_a_run_only_where_it_stopped_it(tmp_path):
+    """``trainer.max_time`` is a safety cap: a run that still trained every epoch of its budget
+    (results.json metrics "epochs" = budget) is whole; one it stopped early is reduced."""
+    cap = ["model=din1", "trainer.max_time=00:01:40:00"]
+    write_job(tmp_path / "whole", overrides=cap, budget=(3, 3))  # write_job trains 3 epochs
+    write_job(tmp_path / "cut", overrides=cap, budget=(30, 30))
+    write_job(tmp_path / "running", overrides=cap, budget=(3, 3), status="running")
+    assert reduced_budget(load_job(tmp_path / "whole")) is None
+    assert reduced_budget(load_job(tmp_path / "cut")) == "trainer.max_time=00:01:40:00"
+    assert reduced_budget(load_job(tmp_path / "running")) == "trainer.max_time=00:01:40:00"
+
+
 def test_single_runs_are_not_called_a_mean_over_seeds(tmp_path):
     write_job(tmp_path / "a", seed=1, experiment="table2/row17")
     md = make_report([tmp_path], plot=False).markdown

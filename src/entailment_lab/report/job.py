@@ -33,6 +33,7 @@ class Job:
     overrides: list[str] = field(default_factory=list)
     max_epochs: int | None = None  # the epochs the run was given (results.json "budget")
     configured_max_epochs: int | None = None  # its config's budget without a command-line one
+    epochs: int | None = None  # the epochs it trained (results.json metrics "epochs")
     params: int | None = None  # trainable, without word embeddings
     params_paper: int | None = None  # the paper's counting convention, where defined
     train: float | None = None  # % train accuracy in the best-validation epoch (dropout on)

@@ -67,6 +67,8 @@ _LIMITS = ("trainer.limit_train_batches", "trainer.limit_val_batches",
            "trainer.limit_test_batches", "trainer.fast_dev_run", "trainer.overfit_batches",
            "trainer.max_steps", "trainer.max_time")
 _NO_LIMIT = ("", "null", "none", "false", "-1", "1.0", "0", "0.0")  # the knobs' "no limit"
+# Caps that only cut a run where they bind: a job that still trained all its epochs is whole.
+_CAPS = ("trainer.max_steps", "trainer.max_time")
 _DEFAULT_EPOCHS = 30  # conf/trainer/default.yaml
 _RECIPES = Path(__file__).resolve().parents[3] / "conf" / "recipe"
 
@@ -97,14 +99,24 @@ def limit_overrides(lookup: Callable[[str], Any]) -> list[str]:
             if value is not None and str(value).lower() not in _NO_LIMIT]
 
 
+def _trained_every_epoch(job: Job) -> bool:
+    """The job trained all the epochs it was given (a time or step cap did not bind)."""
+    return (job.status == "completed" and job.epochs is not None
+            and job.max_epochs is not None and job.epochs >= job.max_epochs)
+
+
 def reduced_budget(job: Job) -> str | None:
     """Why a job is not a full run of its row (``debug=tiny``, ``trainer.max_epochs=2``), or
-    ``None``. Such jobs stay in the report, marked, but out of the comparison with the paper."""
+    ``None``. Such jobs stay in the report, marked, but out of the comparison with the paper.
+    A ``trainer.max_time`` or ``max_steps`` cap that did not bind (the job completed every
+    epoch of its budget) does not reduce it."""
     debug = job.choices.get("debug")
     if debug:
         return f"debug={debug}"
     for override in job.overrides:
         key, _, value = override.lstrip("+~").partition("=")
+        if key in _CAPS and _trained_every_epoch(job):
+            continue
         if key in _LIMITS and value.lower() not in _NO_LIMIT:
             return override.lstrip("+~")
         if key == "trainer.max_epochs" and value.isdigit() and int(value) < _recipe_epochs(job):
