@@ -100,13 +100,14 @@ class _KeepingWriter(ExperimentWriter):
 
 
 class ResumableCSVLogger(CSVLogger):
-    """Lightning's ``CSVLogger``; with ``resuming`` (a run resumed from a checkpoint) the rows
-    already in the folder's ``metrics.csv`` are kept (``_KeepingWriter``), where Lightning's
-    would delete them. Without it, or in a new folder, it is Lightning's logger."""
+    """Lightning's ``CSVLogger``; given ``resumed_from`` (the checkpoint a run resumes from,
+    ``ckpt_path`` in conf/logger/csv.yaml) the rows already in the folder's ``metrics.csv`` are
+    kept (``_KeepingWriter``), where Lightning's would delete them. Without it, or in a new
+    folder, it is Lightning's logger."""
 
-    def __init__(self, *args: Any, resuming: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, resumed_from: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._resuming = resuming
+        self._resuming = bool(resumed_from)
 
     @property
     @rank_zero_experiment
@@ -120,8 +121,7 @@ class ResumableCSVLogger(CSVLogger):
 
 def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]:
     """The loggers of ``cfg.logger``; W&B with its group in the run's settings and, given
-    ``resume_id``, continuing that run; the CSV logger of a resumed run (``ckpt_path``) keeping
-    the rows logged before."""
+    ``resume_id``, continuing that run."""
     resolve_wandb_group(cfg)
     loggers = []
     for name, node in (cfg.get("logger") or {}).items():
@@ -135,8 +135,6 @@ def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]
             kwargs["settings"] = wandb.Settings(run_group=node.get("group"))
             if resume_id:
                 kwargs.update(id=resume_id, resume="allow")
-        if node._target_.endswith("ResumableCSVLogger"):
-            kwargs["resuming"] = bool(cfg.get("ckpt_path"))
         loggers.append(instantiate(node, f"logger.{name}", **kwargs))
     return loggers
 

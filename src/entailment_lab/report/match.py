@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from entailment_lab.paper_tables import ALL_ROWS, PaperRow
-from entailment_lab.report.job import Job
+from entailment_lab.report.job import COMPLETED, Job
 
 _EXPERIMENT_ROW = re.compile(r"(?:^|/)(?P<table>\w+)/row(?P<row>\d+)$")
 _TAG_ROW = re.compile(r"^row(\d+)$")
@@ -101,7 +101,7 @@ def limit_overrides(lookup: Callable[[str], Any]) -> list[str]:
 
 def _trained_every_epoch(job: Job) -> bool:
     """The job trained all the epochs it was given (a time or step cap did not bind)."""
-    return (job.status == "completed" and job.epochs is not None
+    return (job.status == COMPLETED and job.epochs is not None
             and job.max_epochs is not None and job.epochs >= job.max_epochs)
 
 
