@@ -32,7 +32,8 @@ NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
 
 def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1, data="snli",
               train=0.9, test=0.85, params=1_289_203, paper=1_008_403, experiment=None,
-              tags=(), pid=None, error=None, overrides=None, inputs="pair", budget=None):
+              tags=(), pid=None, error=None, overrides=None, inputs="pair", budget=None,
+              stopped_by=None):
     """A results.json as ``pipeline.train`` writes it."""
     folder.mkdir(parents=True, exist_ok=True)
     results = {
@@ -51,6 +52,8 @@ def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1
     if status == "completed":
         results["metrics"] = {"val/acc_best": test, "train/acc_at_best": train, "test/acc": test,
                               "train/acc_eval": train + 0.02, "epochs": 3}
+        if stopped_by is not None:
+            results["metrics"]["stopped_by"] = stopped_by
     if error:
         results["error"] = error
     (folder / "results.json").write_text(json.dumps(results))
@@ -430,7 +433,8 @@ def test_budget_recorded_at_run_time_decides_what_is_reduced(tmp_path):
 
 def test_a_time_cap_reduces_a_run_only_where_it_stopped_it(tmp_path):
     """``trainer.max_time`` is a safety cap: a run that still trained every epoch of its budget
-    (results.json metrics "epochs" = budget) is whole; one it stopped early is reduced."""
+    (results.json metrics "epochs" = budget), or that its early stopping ended, is whole; one
+    the cap stopped is reduced."""
     cap = ["model=din1", "trainer.max_time=00:01:40:00"]
     write_job(tmp_path / "whole", overrides=cap, budget=(3, 3))  # write_job trains 3 epochs
     write_job(tmp_path / "cut", overrides=cap, budget=(30, 30))
@@ -438,6 +442,12 @@ def test_a_time_cap_reduces_a_run_only_where_it_stopped_it(tmp_path):
     assert reduced_budget(load_job(tmp_path / "whole")) is None
     assert reduced_budget(load_job(tmp_path / "cut")) == "trainer.max_time=00:01:40:00"
     assert reduced_budget(load_job(tmp_path / "running")) == "trainer.max_time=00:01:40:00"
+    # What ended the fit, where results.json records it (metrics "stopped_by"): early stopping
+    # before the budget's last epoch is the protocol's rule, not the cap's doing.
+    write_job(tmp_path / "stopped", overrides=cap, budget=(30, 30), stopped_by="early_stopping")
+    write_job(tmp_path / "timed_out", overrides=cap, budget=(30, 30), stopped_by="max_time")
+    assert reduced_budget(load_job(tmp_path / "stopped")) is None
+    assert reduced_budget(load_job(tmp_path / "timed_out")) == "trainer.max_time=00:01:40:00"
 
 
 def test_single_runs_are_not_called_a_mean_over_seeds(tmp_path):

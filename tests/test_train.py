@@ -107,6 +107,25 @@ def test_resume_from_last_checkpoint_continues(trained_run, pair_files, tmp_path
     assert resumed["epoch"] == 2 and resumed["global_step"] > step
 
 
+@pytest.mark.parametrize(("overrides", "stopped_by"), [
+    (["trainer.max_epochs=2"], "max_epochs"),
+    # lr 0: validation accuracy never improves after the first epoch; patience 0 stops at once
+    (["trainer.max_epochs=4", "optimizer.lr=0.0", "callbacks.early_stopping.patience=0"],
+     "early_stopping"),
+    (["trainer.max_epochs=4", "trainer.max_time=00:00:00:00"], "max_time"),
+    (["trainer.max_epochs=4", "trainer.max_steps=1", "trainer.limit_val_batches=0"], "max_steps"),
+])
+def test_results_record_what_ended_training(overrides, stopped_by, pair_files, tmp_path):
+    """results.json says which limit ended the fit, so the report can tell a run a safety cap
+    cut short from one its early stopping or its epoch budget ended."""
+    metrics = train(compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "eval_train=false",
+                                 "test=false", *overrides], tmp_path))
+    assert metrics["stopped_by"] == stopped_by
+    recorded = json.loads((tmp_path / "results.json").read_text())["metrics"]
+    assert recorded["stopped_by"] == stopped_by
+    assert metrics["epochs"] == 2 if stopped_by == "max_epochs" else metrics["epochs"] < 4
+
+
 def test_bad_dim_is_a_config_error(pair_files, tmp_path):
     cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "dim=-3", "debug=fast"],
                       tmp_path)

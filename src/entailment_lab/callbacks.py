@@ -13,6 +13,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.loggers import WandbLogger
 
 from entailment_lab.results import ResultsFile, clean_number
@@ -29,8 +30,8 @@ class ResultsRecorder(L.Callback):
     - every training epoch: a ``history`` row (``train/acc``, ``train/loss_epoch``, and
       ``val/acc``, ``val/loss`` on validated epochs), kept in checkpoints so a resumed run
       has its whole validation curve (``src/curves.py``);
-    - fit end: the last train/val metrics, ``train/acc_at_best``, the epochs run and the best
-      checkpoint;
+    - fit end: the last train/val metrics, ``train/acc_at_best``, the epochs run, what ended
+      them (``stopped_by``, ``stop_reason``) and the best checkpoint;
     - each test loop: its metrics (``test/*``, or ``train/*_eval`` when the module evaluates
       the training split) and, for the test split, the confusion matrix (a W&B table too).
 
@@ -80,6 +81,7 @@ class ResultsRecorder(L.Callback):
         self.metrics.update(_numbers(trainer, prefixes=("train/", "val/")))
         self.metrics["train/acc_at_best"] = clean_number(pl_module.train_acc_at_best)
         self.metrics["epochs"] = trainer.current_epoch
+        self.metrics["stopped_by"] = stop_reason(trainer)
         checkpoint = trainer.checkpoint_callback
         best = getattr(checkpoint, "best_model_path", "") if checkpoint else ""
         self.results.update(history=self.history, best_checkpoint=best or None,
@@ -170,6 +172,24 @@ class AdagradReset(L.Callback):
                     state = optimizer.state.get(p)
                     if state and "sum" in state:
                         state["sum"].fill_(group["initial_accumulator_value"])
+
+
+def stop_reason(trainer: L.Trainer) -> str | None:
+    """What ended a finished fit: ``"max_epochs"`` (the whole budget), ``"early_stopping"``,
+    ``"max_time"``, ``"max_steps"``, or ``None`` where none of these says it did (e.g. a
+    callback that set ``trainer.should_stop``). Checked in this order, so a run whose last
+    epoch coincides with a cap counts as whole. The report uses it to tell a run that a safety
+    cap (``trainer.max_time``) cut short from one it did not (``report.match``)."""
+    if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= trainer.current_epoch:
+        return "max_epochs"
+    if any(cb.stopped_epoch > 0 for cb in trainer.early_stopping_callbacks):
+        return "early_stopping"
+    remaining = [cb.time_remaining() for cb in trainer.callbacks if isinstance(cb, Timer)]
+    if any(r is not None and r <= 0 for r in remaining):
+        return "max_time"
+    if 0 <= trainer.max_steps <= trainer.global_step:
+        return "max_steps"
+    return None
 
 
 def _wandb(trainer: L.Trainer) -> list[WandbLogger]:

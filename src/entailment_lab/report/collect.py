@@ -106,7 +106,7 @@ def load_job(folder: Path) -> Job:
         overrides=list(data.get("overrides") or []), params=params.get("trainable"),
         max_epochs=budget.get("max_epochs"),
         configured_max_epochs=budget.get("configured_max_epochs"),
-        epochs=metrics.get("epochs"),
+        epochs=metrics.get("epochs"), stopped_by=metrics.get("stopped_by"),
         params_paper=params.get("paper_convention"),
         train=percent(metrics.get("train/acc_at_best")), val=percent(metrics.get("val/acc_best")),
         train_eval=percent(metrics.get("train/acc_eval")),

@@ -34,6 +34,7 @@ class Job:
     max_epochs: int | None = None  # the epochs the run was given (results.json "budget")
     configured_max_epochs: int | None = None  # its config's budget without a command-line one
     epochs: int | None = None  # the epochs it trained (results.json metrics "epochs")
+    stopped_by: str | None = None  # what ended them (metrics "stopped_by": callbacks.stop_reason)
     params: int | None = None  # trainable, without word embeddings
     params_paper: int | None = None  # the paper's counting convention, where defined
     train: float | None = None  # % train accuracy in the best-validation epoch (dropout on)

@@ -99,23 +99,28 @@ def limit_overrides(lookup: Callable[[str], Any]) -> list[str]:
             if value is not None and str(value).lower() not in _NO_LIMIT]
 
 
-def _trained_every_epoch(job: Job) -> bool:
-    """The job trained all the epochs it was given (a time or step cap did not bind)."""
-    return (job.status == COMPLETED and job.epochs is not None
-            and job.max_epochs is not None and job.epochs >= job.max_epochs)
+def _cap_did_not_bind(job: Job) -> bool:
+    """A time or step cap did not end the job: it completed, and trained all the epochs it was
+    given or was ended by its early stopping (results.json metrics "stopped_by"; runs recorded
+    before that field existed are judged by their epoch count alone)."""
+    if job.status != COMPLETED:
+        return False
+    if job.stopped_by is not None:
+        return job.stopped_by in ("max_epochs", "early_stopping")
+    return job.epochs is not None and job.max_epochs is not None and job.epochs >= job.max_epochs
 
 
 def reduced_budget(job: Job) -> str | None:
     """Why a job is not a full run of its row (``debug=tiny``, ``trainer.max_epochs=2``), or
     ``None``. Such jobs stay in the report, marked, but out of the comparison with the paper.
     A ``trainer.max_time`` or ``max_steps`` cap that did not bind (the job completed every
-    epoch of its budget) does not reduce it."""
+    epoch of its budget, or its early stopping ended it first) does not reduce it."""
     debug = job.choices.get("debug")
     if debug:
         return f"debug={debug}"
     for override in job.overrides:
         key, _, value = override.lstrip("+~").partition("=")
-        if key in _CAPS and _trained_every_epoch(job):
+        if key in _CAPS and _cap_did_not_bind(job):
             continue
         if key in _LIMITS and value.lower() not in _NO_LIMIT:
             return override.lstrip("+~")
