@@ -297,6 +297,21 @@ def test_wandb_runs_with_a_truncated_budget_are_reduced():
     assert reduced_budget(job) == "trainer.limit_train_batches=4"
 
 
+@pytest.mark.parametrize(("summary", "reduced"), [
+    ({"epochs": 30, "stopped_by": "max_epochs"}, None),
+    ({"epochs": 12, "stopped_by": "early_stopping"}, None),
+    ({"epochs": 12, "stopped_by": "max_time"}, "trainer.max_time=00:02:00:00"),
+    ({}, "trainer.max_time=00:02:00:00"),  # a run logged before W&B summaries said
+])
+def test_wandb_runs_tell_a_binding_time_cap_from_one_that_did_not_bind(summary, reduced):
+    trainer = {"max_epochs": 30, "max_steps": -1, "max_time": "00:02:00:00"}
+    run = SimpleNamespace(id="t", url=None, state="finished", tags=[], summary=summary,
+                          config={"model": {"name": "din1"}, "dim": 400, "data": {"name": "snli"},
+                                  "trainer": trainer})
+    (job,) = jobs_from_wandb_runs([run], "e/p")
+    assert reduced_budget(job) == reduced
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "src" / "report.py"), *args],
                           capture_output=True, text=True, env={**os.environ, **(env or {})})

@@ -195,3 +195,6 @@ def test_resume_keeps_the_wandb_run(pair_files, tmp_path):
     train(compose_cfg([*base, "trainer.max_epochs=2",
                        f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}"], second))
     assert json.loads((second / "results.json").read_text())["wandb_run_id"] == run_id
+    # The run's W&B summary says what ended training (report --wandb judges caps by it).
+    (run,) = (first / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
+    assert b"stopped_by" in run.read_bytes()

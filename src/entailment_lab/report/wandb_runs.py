@@ -78,6 +78,8 @@ def jobs_from_wandb_runs(runs: Iterable[Any], project: str) -> list[Job]:
             val=percent(summary.get("val/acc_best")), test=percent(summary.get("test/acc")),
             error=f"W&B state: {state}" if status == FAILED else None, wandb_id=run.id,
             overrides=limit_overrides(functools.partial(_lookup_config, config)),
+            max_epochs=_lookup_config(config, "trainer.max_epochs"),
+            epochs=summary.get("epochs"), stopped_by=summary.get("stopped_by"),
         )
         job.row, job.note = match_row(job)
         jobs.append(job)
