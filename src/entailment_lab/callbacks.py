@@ -183,7 +183,9 @@ def stop_reason(trainer: L.Trainer) -> str | None:
     ``"max_time"``, ``"max_steps"``, or ``None`` where none of these says it did (e.g. a
     callback that set ``trainer.should_stop``). Checked in this order, so a run whose last
     epoch coincides with a cap counts as whole. The report uses it to tell a run that a safety
-    cap (``trainer.max_time``) cut short from one it did not (``report.match``)."""
+    cap (``trainer.max_time``) cut short from one it did not (``report.match``). Early stopping
+    is read from ``EarlyStopping.stopped_epoch`` (every supported Lightning has it), which
+    cannot tell a stop after the first epoch (0) from none: such a run reads ``None``."""
     if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= trainer.current_epoch:
         return "max_epochs"
     if any(cb.stopped_epoch > 0 for cb in trainer.early_stopping_callbacks):
