@@ -112,6 +112,9 @@ def test_resume_from_last_checkpoint_continues(trained_run, pair_files, tmp_path
     # lr 0: validation accuracy never improves after the first epoch; patience 0 stops at once
     (["trainer.max_epochs=4", "optimizer.lr=0.0", "callbacks.early_stopping.patience=0"],
      "early_stopping"),
+    # a stop after the very first epoch (stopped_epoch 0): any accuracy reaches threshold 0
+    (["trainer.max_epochs=4", "+callbacks.early_stopping.stopping_threshold=0.0"],
+     "early_stopping"),
     (["trainer.max_epochs=4", "trainer.max_time=00:00:00:00"], "max_time"),
     (["trainer.max_epochs=4", "trainer.max_steps=1", "trainer.limit_val_batches=0"], "max_steps"),
 ])

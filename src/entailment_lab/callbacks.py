@@ -13,7 +13,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks import EarlyStopping, Timer
 from lightning.pytorch.loggers import WandbLogger
 
 from entailment_lab.results import ResultsFile, clean_number
@@ -183,12 +183,10 @@ def stop_reason(trainer: L.Trainer) -> str | None:
     ``"max_time"``, ``"max_steps"``, or ``None`` where none of these says it did (e.g. a
     callback that set ``trainer.should_stop``). Checked in this order, so a run whose last
     epoch coincides with a cap counts as whole. The report uses it to tell a run that a safety
-    cap (``trainer.max_time``) cut short from one it did not (``report.match``). Early stopping
-    is read from ``EarlyStopping.stopped_epoch`` (every supported Lightning has it), which
-    cannot tell a stop after the first epoch (0) from none: such a run reads ``None``."""
+    cap (``trainer.max_time``) cut short from one it did not (``report.match``)."""
     if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= trainer.current_epoch:
         return "max_epochs"
-    if any(cb.stopped_epoch > 0 for cb in trainer.early_stopping_callbacks):
+    if any(_early_stopped(cb) for cb in trainer.early_stopping_callbacks):
         return "early_stopping"
     remaining = [cb.time_remaining() for cb in trainer.callbacks if isinstance(cb, Timer)]
     if any(r is not None and r <= 0 for r in remaining):
@@ -196,6 +194,16 @@ def stop_reason(trainer: L.Trainer) -> str | None:
     if 0 <= trainer.max_steps <= trainer.global_step:
         return "max_steps"
     return None
+
+
+def _early_stopped(callback: EarlyStopping) -> bool:
+    """Whether ``callback`` stopped the fit. Lightning >= 2.6 records why
+    (``stopping_reason``); older releases only ``stopped_epoch``, which is 0 both for a stop
+    after the first epoch and for no stop, so there a stop after epoch 0 reads as none."""
+    reason = getattr(callback, "stopping_reason", None)
+    if reason is not None:
+        return reason.name != "NOT_STOPPED"
+    return callback.stopped_epoch > 0
 
 
 def _wandb(trainer: L.Trainer) -> list[WandbLogger]:
