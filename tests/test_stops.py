@@ -295,3 +295,26 @@ def test_relocatable_checkpoint_reads_and_writes_lightnings_state_key():
     from entailment_lab.stops import RelocatableModelCheckpoint
     for kwargs in ({"monitor": "val/acc", "mode": "max"}, {"monitor": None}):
         assert RelocatableModelCheckpoint(**kwargs).state_key == ModelCheckpoint(**kwargs).state_key
+
+
+def test_a_resumed_run_keeps_the_earlier_csv_rows_on_disk_until_its_first_save(tmp_path):
+    """Lightning's writer deletes metrics.csv when it starts; a resumed run killed before its
+    first flush (up to ``flush_logs_every_n_steps`` steps) would lose every earlier epoch."""
+    folder = tmp_path / "csv"
+    folder.mkdir()
+    earlier = "epoch,step,train/loss,val/acc\n0,9,0.9,\n0,9,,0.5\n1,19,0.8,\n1,19,,0.6\n"
+    (folder / "metrics.csv").write_text(earlier)
+    logger = loggers.ResumableCSVLogger(save_dir=str(tmp_path), name="csv", version="",
+                                        resumed_from="last.ckpt")
+    logger.log_metrics({"epoch": 1, "train/loss": 0.7}, step=19)  # the replayed epoch 1 ...
+    assert (folder / "metrics.csv").read_text() == earlier  # ... nothing lost before the flush
+    logger.log_metrics({"epoch": 2, "val/acc": 0.7, "train/acc": 0.4}, step=29)
+    logger.save()
+    rows = csv_rows(tmp_path)
+    assert [(r["step"], r["train/loss"], r["val/acc"]) for r in rows] == [
+        ("9", "0.9", ""), ("9", "", "0.5"), ("19", "0.7", ""), ("29", "", "0.7")]
+    assert rows[-1]["train/acc"] == "0.4"
+    logger.log_metrics({"epoch": 3, "train/loss": 0.6}, step=39)  # later flushes append
+    logger.save()
+    assert [r["step"] for r in csv_rows(tmp_path)] == ["9", "9", "19", "29", "39"]
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]

@@ -4,9 +4,9 @@ multirun sweep (written into the run's config), one W&B run per job."""
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import os
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from omegaconf import DictConfig, open_dict
 
 from entailment_lab.config import instantiate
+from entailment_lab.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -74,29 +75,39 @@ class _KeepingWriter(ExperimentWriter):
     """Lightning's CSV writer, except that the rows already in ``metrics.csv`` are kept.
 
     Lightning deletes the file of a folder it logs into again, so a run resumed in its own
-    folder would keep only the epochs after the checkpoint. This writer reads the earlier rows
-    first and writes back those logged before the first step it logs itself (so the rows of an
-    epoch interrupted after its checkpoint, which the resumed run replays, are not doubled).
+    folder would keep only the epochs after the checkpoint. This writer leaves the file in place
+    (a resumed run killed before its first flush, up to ``flush_logs_every_n_steps`` steps in,
+    loses nothing) and at its first save rewrites it, atomically, with the earlier rows logged
+    before the first step it logs itself (so the rows of an epoch interrupted after its
+    checkpoint, which the resumed run replays, are not doubled) followed by its own.
     """
 
     def __init__(self, log_dir: str) -> None:
         path = Path(log_dir) / self.NAME_METRICS_FILE
-        self._earlier: list[dict[str, str]] = []
+        self._earlier: list[dict[str, str]] | None = None  # None: no file to keep
         if path.is_file():
             with path.open(newline="", encoding="utf-8") as file:
                 self._earlier = list(csv.DictReader(file))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", r".*Previous log files in this directory")
-            super().__init__(log_dir=log_dir)
+        super().__init__(log_dir=log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        """Lightning's check deletes ``metrics.csv``; here it stays until the first save."""
 
     def save(self) -> None:
-        if self._earlier and self.metrics:
-            first = min(int(row["step"]) for row in self.metrics)
-            kept = [{k: v for k, v in row.items() if v != ""} for row in self._earlier
-                    if row.get("step", "").isdigit() and int(row["step"]) < first]
-            self.metrics = [*kept, *self.metrics]
-            self._earlier = []
-        super().save()
+        if self._earlier is None or not self.metrics:
+            super().save()
+            return
+        first = min(int(row["step"]) for row in self.metrics)
+        kept = [{k: v for k, v in row.items() if v != ""} for row in self._earlier
+                if row.get("step", "").isdigit() and int(row["step"]) < first]
+        rows = [*kept, *self.metrics]
+        self.metrics_keys = sorted(set().union(*rows))
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.metrics_keys)
+        writer.writeheader()
+        writer.writerows(rows)
+        write_text_atomic(self.metrics_file_path, text.getvalue())
+        self._earlier, self.metrics = None, []
 
 
 class ResumableCSVLogger(CSVLogger):
