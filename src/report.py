@@ -2,6 +2,8 @@
 
 Writes ``report.md``, ``report.csv`` and ``report.png`` into the first PATH (or ``--out``) and
 prints the Markdown. PATHs are sweep folders, single job folders, or any folder above them.
+``--copy-results`` also keeps every job's ``results.json`` in ``OUT/runs/``: the published
+report then carries the per-run records it was built from, and rebuilds from them alone.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", metavar="G", help="with --wandb: only runs of this group "
                         "(a sweep's group is its folder name, e.g. 2026-11-21_08-28-03-67949f)")
     parser.add_argument("--no-plot", action="store_true", help="skip report.png")
+    parser.add_argument("--copy-results", action="store_true",
+                        help="also copy every job's results.json to OUT/runs/ (replacing what "
+                        "is there), so that `src/report.py OUT/runs --out OUT` and "
+                        "`src/curves.py OUT/runs --out OUT` rebuild the report and curves from OUT "
+                        "alone")
     parser.add_argument("--compare-reduced", action="store_true",
                         help="compare runs with a debug preset or a truncated budget (debug=tiny, "
                         "trainer.limit_train_batches=...) with the paper too (default: they get "
@@ -35,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = make_report(args.paths, out=args.out, wandb_project=args.wandb,
                              wandb_group=args.group, plot=not args.no_plot,
-                             compare_reduced=args.compare_reduced)
+                             compare_reduced=args.compare_reduced,
+                             copy_results=args.copy_results)
     except UserError as err:
         print(f"error: {str(err).strip().splitlines()[0]}", file=sys.stderr)
         return 1

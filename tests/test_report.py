@@ -337,6 +337,68 @@ def test_cli_writes_the_report_into_the_first_path(sweep):
     assert (sweep / "multirun" / "report.md").read_text() == proc.stdout
 
 
+_RECORD_COLUMNS = ("data", "row", "model", "dim", "params_trainable", "train_mean", "train_std",
+                   "train_eval_mean", "val_mean", "test_mean", "test_std", "test_n", "seeds",
+                   "completed", "failed", "reduced_budget")
+
+
+def test_copied_results_rebuild_the_same_report(sweep):
+    """--copy-results keeps every results.json below OUT/runs; the report rebuilt from those
+    copies alone gives the same figures for every row that has a results.json."""
+    runs = [sweep / "multirun", sweep / "outputs" / "sick_run"]
+    published = make_report(runs, out=sweep / "docs", plot=False, copy_results=True)
+    copied = sorted(p.relative_to(sweep / "docs" / "runs").as_posix()
+                    for p in (sweep / "docs" / "runs").rglob("results.json"))
+    sweep_copy = "multirun/2026-11-21/10-00-00-abcdef"
+    assert copied == sorted([f"{sweep_copy}/{i}/results.json" for i in range(8)]
+                            + ["sick_run/results.json"])  # 8 and 9 wrote no results.json
+    assert sweep / "docs" / "runs" in published.files
+    rebuilt = make_report([sweep / "docs" / "runs"], out=sweep / "rebuilt", plot=False)
+    assert len(rebuilt.jobs) == len(published.jobs) - 2
+
+    def records(path):
+        return [{c: row[c] for c in _RECORD_COLUMNS} for row in read_csv(path)
+                if row["completed"] != "0" or row["failed"] != "0"]
+
+    assert records(sweep / "rebuilt" / "report.csv") == records(sweep / "docs" / "report.csv")
+    assert records(sweep / "docs" / "report.csv")  # the comparison is not empty
+
+
+def test_copy_results_replaces_the_earlier_copies(sweep):
+    out = sweep / "docs"
+    make_report([sweep / "multirun", sweep / "outputs"], out=out, plot=False, copy_results=True)
+    assert (out / "runs" / "outputs" / "sick_run" / "results.json").is_file()
+    make_report([sweep / "multirun"], out=out, plot=False, copy_results=True)
+    assert not (out / "runs" / "outputs").exists()  # no copy of a run the report left out
+    assert (out / "runs" / "multirun").is_dir()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+@pytest.mark.parametrize("out", [None, "multirun/2026-11-21"])
+def test_copies_inside_a_run_folder_are_refused_before_writing(sweep, out):
+    with pytest.raises(UserError, match="inside the run folder"):
+        make_report([sweep / "multirun"], out=sweep / out if out else None, plot=False,
+                    copy_results=True)
+    assert not list((sweep / "multirun").rglob("runs"))
+    assert not list((sweep / "multirun").rglob("report.*"))
+
+
+def test_two_runs_copied_to_the_same_place_are_refused(tmp_path):
+    write_job(tmp_path / "a" / "run")
+    write_job(tmp_path / "b" / "run", seed=2)
+    with pytest.raises(UserError, match="two jobs would be copied"):
+        make_report([tmp_path / "a" / "run", tmp_path / "b" / "run"], out=tmp_path / "docs",
+                    plot=False, copy_results=True)
+    assert not (tmp_path / "docs").exists()
+
+
+def test_cli_copy_results(sweep):
+    proc = run_cli(str(sweep / "outputs"), "--out", str(sweep / "docs"), "--no-plot",
+                   "--copy-results")
+    assert proc.returncode == 0, proc.stderr
+    assert (sweep / "docs" / "runs" / "outputs" / "sick_run" / "results.json").is_file()
+
+
 def test_wandb_runs_already_read_from_folders_count_once(monkeypatch, tmp_path):
     write_job(tmp_path / "0", seed=1, test=0.88)
     results = json.loads((tmp_path / "0" / "results.json").read_text())

@@ -12,6 +12,7 @@ One module a job: ``collect`` (job folders), ``wandb_runs`` (W&B), ``match`` (pa
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from entailment_lab.report.wandb_runs import (
     jobs_from_wandb_runs,
     load_wandb_jobs,
 )
+from entailment_lab.results import RESULTS_FILE
 
 __all__ = [
     "COMPLETED", "CSV_COLUMNS", "FAILED", "MISSING", "RUNNING", "STALE", "Job", "Report",
@@ -38,6 +40,63 @@ __all__ = [
     "reduced_budget",
     "render_csv", "render_markdown", "row_by_config", "settings_of",
 ]
+
+
+RUNS_DIR = "runs"  # make_report(copy_results=True) copies each job's results.json below it
+
+
+def results_copies(paths: Sequence[str | os.PathLike], runs_dir: Path) -> dict[Path, bytes]:
+    """``{path below runs_dir: bytes}`` of every job's ``results.json`` under ``paths``.
+
+    A job folder J found under PATH goes to ``PATH's name / J relative to PATH`` (a PATH that
+    is itself a job folder: ``its name``). Refused, before anything is written: a ``runs_dir``
+    inside a PATH (the copies would be read as more jobs next time) and two jobs that would
+    land on the same copy.
+    """
+    copies: dict[Path, bytes] = {}
+    for path in paths:
+        root = Path(path).resolve()
+        if root.is_file():  # a results.json given directly
+            root = root.parent
+        if runs_dir.resolve().is_relative_to(root):
+            raise UserError(f"--copy-results: the copies would go to {runs_dir}, inside the run "
+                            f"folder {path}, and be read as more runs; give --out outside it")
+        for folder in find_job_folders(path):
+            source = folder / RESULTS_FILE
+            if not source.is_file():
+                continue  # a job that wrote nothing (the report shows it) has nothing to copy
+            target = Path(root.name) / folder.relative_to(root) / RESULTS_FILE
+            if target in copies:
+                raise UserError(f"--copy-results: two jobs would be copied to "
+                                f"{runs_dir / target}; give run folders with different names")
+            copies[target] = source.read_bytes()
+    return copies
+
+
+def replace_tree(folder: Path, files: dict[Path, bytes]) -> None:
+    """Make ``folder`` hold exactly ``files`` (relative path -> bytes), swapped in whole.
+
+    The new tree is written beside it and renamed into place, so a reader sees the old copies
+    or the new ones, never a mix, and copies of runs no longer reported do not linger.
+    """
+    staging = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    retired = folder.with_name(f".{folder.name}.{os.getpid()}.old")
+    try:
+        for relative, data in files.items():
+            write_bytes_atomic(staging / relative, data)
+        staging.mkdir(parents=True, exist_ok=True)
+        if folder.exists():
+            folder.rename(retired)
+        try:
+            staging.rename(folder)
+        except BaseException:
+            if retired.exists():  # put the old copies back
+                retired.rename(folder)
+            raise
+    finally:
+        for leftover in (staging, retired):
+            if leftover.exists():
+                shutil.rmtree(leftover)
 
 
 @dataclass
@@ -52,12 +111,17 @@ class Report:
 
 def make_report(paths: Sequence[str | os.PathLike], out: str | os.PathLike | None = None,
                 wandb_project: str | None = None, wandb_group: str | None = None,
-                plot: bool = True, compare_reduced: bool = False) -> Report:
+                plot: bool = True, compare_reduced: bool = False,
+                copy_results: bool = False) -> Report:
     """Collect jobs, build the tables, write ``report.md/.csv/.png`` into ``out``.
 
     ``out`` defaults to the first path (its folder, if it is a ``results.json``), else the cwd.
     Everything is rendered before the first file is written. Jobs with a debug preset or a
     truncated budget are marked and kept out of the paper comparison unless ``compare_reduced``.
+    With ``copy_results`` every job's ``results.json`` is also copied to
+    ``out/runs/<PATH's name>/<job folder below PATH>/`` (``results_copies``), so that
+    ``make_report([out/runs])`` and ``src/curves.py`` rebuild the same tables and curves from
+    ``out`` alone, after the run folders are gone.
     """
     if not paths and not wandb_project:
         raise UserError("give at least one folder of runs (e.g. multirun/DATE/TIME-ID) or --wandb")
@@ -82,10 +146,15 @@ def make_report(paths: Sequence[str | os.PathLike], out: str | os.PathLike | Non
         first = Path(paths[0]) if paths else Path.cwd()
         out = first if first.is_dir() else first.parent
     out_dir = Path(out)
+    copies = results_copies(paths, out_dir / RUNS_DIR) if copy_results else None
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, content in outputs.items():
         if isinstance(content, str):
             write_text_atomic(out_dir / name, content)
         else:
             write_bytes_atomic(out_dir / name, content)
-    return Report(str(outputs["report.md"]), [out_dir / name for name in outputs], tables, jobs)
+    files = [out_dir / name for name in outputs]
+    if copies is not None:
+        replace_tree(out_dir / RUNS_DIR, copies)
+        files.append(out_dir / RUNS_DIR)
+    return Report(str(outputs["report.md"]), files, tables, jobs)
