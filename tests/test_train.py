@@ -27,6 +27,12 @@ def test_fast_dev_run_writes_results(pair_files, tmp_path):
     assert results["status"] == "completed" and results["model"] == "lstm"
     assert results["params"]["trainable"] > 0
     assert "test/acc" in metrics and len(results["test_confusion_matrix"]) == 3
+    code = results["code"]  # which code produced it: this checkout's commit
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip()
+    if head:  # a clone (CI, a user's); an exported tree has no commit to record
+        assert code["commit"] == head and isinstance(code["dirty"], bool)
+    assert code["torch"] == torch.__version__
 
 
 def test_progress_bar_switched_off_on_the_trainer(pair_files, tmp_path):

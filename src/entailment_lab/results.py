@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,30 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
+
+
+def code_version(source: str | Path = Path(__file__).parent) -> dict[str, Any]:
+    """What code produced a result: the git commit of ``source``'s checkout and whether its
+    tracked files differ from it (``dirty``), Python's and torch's versions.
+
+    ``commit`` and ``dirty`` are ``None`` where ``source`` is not in a git checkout (a package
+    installed from a wheel) or git is not installed; a figure from a dirty checkout cannot be
+    traced to a commit, which is why the flag is recorded.
+    """
+    import torch  # here, not at import: the report reads results files without torch
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(source), *args], capture_output=True,
+                                  text=True, timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status),
+            "python": platform.python_version(), "torch": torch.__version__}
 
 
 def _rank_zero() -> bool:
@@ -76,6 +102,7 @@ class ResultsFile:
             "status": "running",
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
             "pid": os.getpid(),
+            "code": code_version(),
             **summary,
         }
 
