@@ -33,7 +33,7 @@ NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
 def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1, data="snli",
               train=0.9, test=0.85, params=1_289_203, paper=1_008_403, experiment=None,
               tags=(), pid=None, error=None, overrides=None, inputs="pair", budget=None,
-              stopped_by=None):
+              stopped_by=None, code=None):
     """A results.json as ``pipeline.train`` writes it."""
     folder.mkdir(parents=True, exist_ok=True)
     results = {
@@ -45,6 +45,9 @@ def write_job(folder: Path, *, status="completed", model="din1", dim=400, seed=1
         "overrides": overrides if overrides is not None else [f"model={model}", f"seed={seed}"],
         "wall_time_s": 10.0, "params": {"trainable": params},
     }
+    if code is not None:  # (commit, dirty)
+        results["code"] = {"commit": code[0], "dirty": code[1], "python": "3.11.7",
+                           "torch": "2.13.0+cpu"}
     if budget is not None:  # (max_epochs given, configured_max_epochs)
         results["budget"] = {"max_epochs": budget[0], "configured_max_epochs": budget[1]}
     if paper is not None:
@@ -397,6 +400,20 @@ def test_cli_copy_results(sweep):
                    "--copy-results")
     assert proc.returncode == 0, proc.stderr
     assert (sweep / "docs" / "runs" / "outputs" / "sick_run" / "results.json").is_file()
+
+
+def test_the_code_each_row_ran_is_named_and_a_mix_of_commits_is_flagged(tmp_path):
+    a, b = "a" * 40, "b" * 40
+    write_job(tmp_path / "0", seed=1, code=(a, False))
+    write_job(tmp_path / "1", seed=2, code=(b, True))
+    write_job(tmp_path / "2", seed=3)  # written before results.json recorded its code
+    write_job(tmp_path / "3", model="lstm", dim=128, seed=1, paper=None, code=(a, False))
+    markdown = make_report([tmp_path], plot=False).markdown
+    assert ("code of the completed jobs: `aaaaaaa` (2 jobs); `bbbbbbb` (1 job); no recorded "
+            "commit (1 job); 1 of them ran from a checkout whose tracked files differed from "
+            "its commit") in markdown
+    assert "row 17 (din1 d=400) averages jobs of 2 commits: aaaaaaa, bbbbbbb" in markdown
+    assert markdown.count("averages jobs of") == 1  # the LSTM row ran one commit
 
 
 def test_wandb_runs_already_read_from_folders_count_once(monkeypatch, tmp_path):

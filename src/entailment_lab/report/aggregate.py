@@ -2,7 +2,7 @@
 
 Mean, sample standard deviation and count of each accuracy come from one pandas
 ``groupby().agg`` over the completed jobs; rows that average jobs run with different settings
-are still averaged, but named in a note so the mix is never hidden.
+or code (commits) are still averaged, but named in a note so the mix is never hidden.
 """
 
 from __future__ import annotations
@@ -99,4 +99,33 @@ def mixed_settings_notes(tables: Sequence[Table]) -> list[str]:
                      f"({n} job{'s' * (n > 1)})" for k, n in groups.items()]
             notes.append(f"{table.data} row {rr.label} ({rr.config}) mixes settings, averaged "
                          f"together: {'; '.join(parts)}")
+    return notes
+
+
+def code_notes(tables: Sequence[Table]) -> list[str]:
+    """Which code the averaged jobs ran (results.json ``code``): one line for the report, and
+    one for each row that averages jobs of different commits."""
+    jobs = [job for table in tables for rr in table.rows for job in rr.completed]
+    if not jobs:
+        return []
+    commits: dict[str, int] = {}
+    for job in jobs:
+        if job.commit:
+            commits[job.commit[:7]] = commits.get(job.commit[:7], 0) + 1
+    parts = [f"`{c}` ({n} job{'s' * (n > 1)})" for c, n in commits.items()]
+    unknown = sum(not job.commit for job in jobs)
+    if unknown:
+        parts.append(f"no recorded commit ({unknown} job{'s' * (unknown > 1)})")
+    dirty = sum(bool(job.dirty) for job in jobs)
+    line = f"code of the completed jobs: {'; '.join(parts)}"
+    if dirty:
+        line += (f"; {dirty} of them ran from a checkout whose tracked files differed from its "
+                 "commit")
+    notes = [line]
+    for table in tables:
+        for rr in table.rows:
+            row_commits = sorted({job.commit[:7] for job in rr.completed if job.commit})
+            if len(row_commits) > 1:
+                notes.append(f"{table.data} row {rr.label} ({rr.config}) averages jobs of "
+                             f"{len(row_commits)} commits: {', '.join(row_commits)}")
     return notes

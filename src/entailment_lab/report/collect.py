@@ -98,6 +98,7 @@ def load_job(folder: Path) -> Job:
     metrics = data.get("metrics") or {}
     params = data.get("params") or {}
     budget = data.get("budget") or {}
+    code = data.get("code") or {}
     job = Job(
         folder=str(folder), status=status, task=data.get("task"), model=data.get("model"),
         inputs=data.get("inputs"), dim=data.get("dim"), seed=data.get("seed"),
@@ -111,7 +112,7 @@ def load_job(folder: Path) -> Job:
         train=percent(metrics.get("train/acc_at_best")), val=percent(metrics.get("val/acc_best")),
         train_eval=percent(metrics.get("train/acc_eval")),
         test=percent(metrics.get("test/acc")), error=first_line(data.get("error")),
-        wandb_id=data.get("wandb_run_id"),
+        wandb_id=data.get("wandb_run_id"), commit=code.get("commit"), dirty=code.get("dirty"),
     )
     if status == RUNNING and not process_alive(data.get("pid"), data.get("started")):
         job.status = STALE

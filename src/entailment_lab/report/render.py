@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from entailment_lab.report.aggregate import mixed_settings_notes
+from entailment_lab.report.aggregate import code_notes, mixed_settings_notes
 from entailment_lab.report.job import COMPLETED, Job
 from entailment_lab.report.tables import Table
 
@@ -88,6 +88,7 @@ def _job_config(job: Job) -> str:
 def _notes(tables: Sequence[Table], jobs: Sequence[Job]) -> list[str]:
     notes = [f"`{_display(j.folder)}`: {j.note}" for j in jobs if j.note]
     notes += mixed_settings_notes(tables)
+    notes += code_notes(tables)
     reduced = [rr for t in tables for rr in t.rows if rr.reduced and rr.jobs]
     if reduced:
         notes.append(f"{sum(len(rr.jobs) for rr in reduced)} job(s) ran a debug preset or a "
