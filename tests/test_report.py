@@ -377,6 +377,26 @@ def test_copy_results_replaces_the_earlier_copies(sweep):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 
+def test_a_failed_swap_keeps_the_earlier_copies_and_writes_no_report(sweep, monkeypatch):
+    out = sweep / "docs"
+    make_report([sweep / "outputs"], out=out, plot=False, copy_results=True)
+    before = (out / "runs" / "outputs" / "sick_run" / "results.json").read_bytes()
+    (out / "report.md").unlink()
+    rename = Path.rename
+
+    def fail_into_place(self, target):  # the new copies cannot be renamed into place
+        if self.name.endswith(".tmp") and Path(target) == out / "runs":
+            raise OSError("disk full")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", fail_into_place)
+    with pytest.raises(OSError, match="disk full"):
+        make_report([sweep / "multirun"], out=out, plot=False, copy_results=True)
+    assert (out / "runs" / "outputs" / "sick_run" / "results.json").read_bytes() == before
+    assert not (out / "runs" / "multirun").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["report.csv", "runs"]  # nothing new
+
+
 @pytest.mark.parametrize("out", [None, "multirun/2026-11-21"])
 def test_copies_inside_a_run_folder_are_refused_before_writing(sweep, out):
     with pytest.raises(UserError, match="inside the run folder"):

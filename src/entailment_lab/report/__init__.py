@@ -94,9 +94,10 @@ def replace_tree(folder: Path, files: dict[Path, bytes]) -> None:
                 retired.rename(folder)
             raise
     finally:
-        for leftover in (staging, retired):
-            if leftover.exists():
-                shutil.rmtree(leftover)
+        if staging.exists():
+            shutil.rmtree(staging)
+        if retired.exists() and folder.exists():  # never the only copy left
+            shutil.rmtree(retired)
 
 
 @dataclass
@@ -146,15 +147,15 @@ def make_report(paths: Sequence[str | os.PathLike], out: str | os.PathLike | Non
         first = Path(paths[0]) if paths else Path.cwd()
         out = first if first.is_dir() else first.parent
     out_dir = Path(out)
-    copies = results_copies(paths, out_dir / RUNS_DIR) if copy_results else None
+    files = [out_dir / name for name in outputs]
+    if copy_results:  # read and checked before anything is written
+        copies = results_copies(paths, out_dir / RUNS_DIR)
+        replace_tree(out_dir / RUNS_DIR, copies)
+        files.append(out_dir / RUNS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, content in outputs.items():
         if isinstance(content, str):
             write_text_atomic(out_dir / name, content)
         else:
             write_bytes_atomic(out_dir / name, content)
-    files = [out_dir / name for name in outputs]
-    if copies is not None:
-        replace_tree(out_dir / RUNS_DIR, copies)
-        files.append(out_dir / RUNS_DIR)
     return Report(str(outputs["report.md"]), files, tables, jobs)
