@@ -47,7 +47,7 @@ def test_figure_is_written_in_the_format_of_its_name(tmp_path):
     assert b"<svg" in (tmp_path / "a.svg").read_bytes()
 
 
-def test_code_version_names_the_commit_and_whether_tracked_files_changed(tmp_path):
+def test_code_version_names_the_commit_and_whether_the_code_changed(tmp_path):
     assert code_version(tmp_path)["commit"] is None  # not a git checkout: nothing to trace
     assert code_version(tmp_path)["dirty"] is None
 
@@ -56,12 +56,19 @@ def test_code_version_names_the_commit_and_whether_tracked_files_changed(tmp_pat
                               text=True, check=True).stdout.strip()
 
     git("init", "-q")
-    (tmp_path / "model.py").write_text("x = 1\n")
-    git("add", "model.py")
+    for name in ("src/lab/model.py", "conf/train.yaml", "docs/RESULTS.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x: 1\n")
+    git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    clean = code_version(tmp_path)
+    package = tmp_path / "src" / "lab"  # asked from inside the package, as a run does
+    clean = code_version(package)
     assert clean["commit"] == git("rev-parse", "HEAD") and clean["dirty"] is False
-    (tmp_path / "notes.txt").write_text("untracked files do not change the code\n")
-    assert code_version(tmp_path)["dirty"] is False
-    (tmp_path / "model.py").write_text("x = 2\n")
-    assert code_version(tmp_path)["dirty"] is True
+    (tmp_path / "docs" / "RESULTS.md").write_text("a docs edit is not a code change\n")
+    (tmp_path / "notes.txt").write_text("nor is a file outside the code\n")
+    assert code_version(package)["dirty"] is False
+    (tmp_path / "conf" / "train.yaml").write_text("x: 2\n")
+    assert code_version(package)["dirty"] is True
+    git("checkout", "--", "conf")
+    (tmp_path / "src" / "lab" / "new_model.py").write_text("y = 1\n")  # untracked, but code
+    assert code_version(package)["dirty"] is True

@@ -430,8 +430,7 @@ def test_the_code_each_row_ran_is_named_and_a_mix_of_commits_is_flagged(tmp_path
     write_job(tmp_path / "3", model="lstm", dim=128, seed=1, paper=None, code=(a, False))
     markdown = make_report([tmp_path], plot=False).markdown
     assert ("code of the completed jobs: `aaaaaaa` (2 jobs); `bbbbbbb` (1 job); no recorded "
-            "commit (1 job); 1 of them ran from a checkout whose tracked files differed from "
-            "its commit") in markdown
+            "commit (1 job); 1 of them ran code that differed from its commit") in markdown
     assert "row 17 (din1 d=400) averages jobs of 2 commits: aaaaaaa, bbbbbbb" in markdown
     assert markdown.count("averages jobs of") == 1  # the LSTM row ran one commit
 

@@ -37,9 +37,13 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+CODE_PATHS = ("src", "conf", "pyproject.toml")  # what a run's result depends on in a checkout
+
+
 def code_version(source: str | Path = Path(__file__).parent) -> dict[str, Any]:
-    """What code produced a result: the git commit of ``source``'s checkout and whether its
-    tracked files differ from it (``dirty``), Python's and torch's versions.
+    """What code produced a result: the git commit of ``source``'s checkout, whether its code
+    differs from that commit (``dirty``: a change to ``CODE_PATHS``, untracked files there
+    included; docs and tests do not count), Python's and torch's versions.
 
     ``commit`` and ``dirty`` are ``None`` where ``source`` is not in a git checkout (a package
     installed from a wheel) or git is not installed; a figure from a dirty checkout cannot be
@@ -56,7 +60,8 @@ def code_version(source: str | Path = Path(__file__).parent) -> dict[str, Any]:
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    top = git("rev-parse", "--show-toplevel") if commit else None
+    status = git("-C", top, "status", "--porcelain", "--", *CODE_PATHS) if top else None
     return {"commit": commit, "dirty": None if status is None else bool(status),
             "python": platform.python_version(), "torch": torch.__version__}
 

@@ -119,8 +119,7 @@ def code_notes(tables: Sequence[Table]) -> list[str]:
     dirty = sum(bool(job.dirty) for job in jobs)
     line = f"code of the completed jobs: {'; '.join(parts)}"
     if dirty:
-        line += (f"; {dirty} of them ran from a checkout whose tracked files differed from its "
-                 "commit")
+        line += f"; {dirty} of them ran code that differed from its commit"
     notes = [line]
     for table in tables:
         for rr in table.rows:

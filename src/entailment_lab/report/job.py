@@ -44,7 +44,7 @@ class Job:
     error: str | None = None
     wandb_id: str | None = None  # the W&B run, so a run read twice (folder + API) counts once
     commit: str | None = None  # the git commit of the code it ran (results.json "code")
-    dirty: bool | None = None  # whether that checkout's tracked files differed from the commit
+    dirty: bool | None = None  # whether its code (src, conf) differed from that commit
     row: PaperRow | None = None
     note: str | None = None  # why the job landed in a row other than the one it declares
 
