@@ -367,6 +367,22 @@ def test_copied_results_rebuild_the_same_report(sweep):
     assert records(sweep / "docs" / "report.csv")  # the comparison is not empty
 
 
+def test_copies_name_no_folder_of_this_machine(sweep, monkeypatch):
+    monkeypatch.chdir(sweep)  # runs are started from the repository root
+    run = sweep / "outputs" / "sick_run"
+    data = json.loads((run / "results.json").read_text())
+    data["best_checkpoint"] = str(run / "checkpoints" / "epoch_003.ckpt")
+    data["resume"] = f"python src/train.py ckpt_path={run}/checkpoints/last.ckpt"
+    (run / "results.json").write_text(json.dumps(data))
+    make_report([sweep / "outputs"], out=sweep / "docs", plot=False, copy_results=True)
+    copy = (sweep / "docs" / "runs" / "outputs" / "sick_run" / "results.json").read_text()
+    assert str(sweep) not in copy
+    copied = json.loads(copy)
+    assert copied["best_checkpoint"] == "outputs/sick_run/checkpoints/epoch_003.ckpt"
+    assert copied["resume"].endswith("ckpt_path=outputs/sick_run/checkpoints/last.ckpt")
+    assert copied["metrics"] == data["metrics"]  # the figures are untouched
+
+
 def test_copy_results_replaces_the_earlier_copies(sweep):
     out = sweep / "docs"
     make_report([sweep / "multirun", sweep / "outputs"], out=out, plot=False, copy_results=True)

@@ -24,9 +24,14 @@ RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 1
 
 
+def results_json(data: dict[str, Any]) -> str:
+    """A results file's text: indented JSON."""
+    return json.dumps(data, indent=2, default=_jsonable) + "\n"
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """``write_text_atomic`` of indented JSON."""
-    write_text_atomic(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
+    write_text_atomic(path, results_json(data))
 
 
 def _jsonable(value: Any) -> Any:

@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from entailment_lab.errors import UserError
 from entailment_lab.files import write_bytes_atomic, write_text_atomic
@@ -30,7 +31,7 @@ from entailment_lab.report.wandb_runs import (
     jobs_from_wandb_runs,
     load_wandb_jobs,
 )
-from entailment_lab.results import RESULTS_FILE
+from entailment_lab.results import RESULTS_FILE, read_results, results_json
 
 __all__ = [
     "COMPLETED", "CSV_COLUMNS", "FAILED", "MISSING", "RUNNING", "STALE", "Job", "Report",
@@ -49,9 +50,9 @@ def results_copies(paths: Sequence[str | os.PathLike], runs_dir: Path) -> dict[P
     """``{path below runs_dir: bytes}`` of every job's ``results.json`` under ``paths``.
 
     A job folder J found under PATH goes to ``PATH's name / J relative to PATH`` (a PATH that
-    is itself a job folder: ``its name``). Refused, before anything is written: a ``runs_dir``
-    inside a PATH (the copies would be read as more jobs next time) and two jobs that would
-    land on the same copy.
+    is itself a job folder: ``its name``), with its paths made relative (``_portable``).
+    Refused, before anything is written: a ``runs_dir`` inside a PATH (the copies would be
+    read as more jobs next time) and two jobs that would land on the same copy.
     """
     copies: dict[Path, bytes] = {}
     for path in paths:
@@ -69,8 +70,29 @@ def results_copies(paths: Sequence[str | os.PathLike], runs_dir: Path) -> dict[P
             if target in copies:
                 raise UserError(f"--copy-results: two jobs would be copied to "
                                 f"{runs_dir / target}; give run folders with different names")
-            copies[target] = source.read_bytes()
+            copies[target] = _portable(source)
     return copies
+
+
+def _portable(results: Path) -> bytes:
+    """A results file as it may leave this machine: every path below the working directory
+    (the repository root that runs are started from: ``best_checkpoint``, a ``resume``
+    command) made relative to it, so no copy names this machine's folders."""
+    data = read_results(results)
+    if "schema" not in data:  # unreadable: copied as it is, the report says so
+        return results.read_bytes()
+    prefix = f"{Path.cwd().resolve()}{os.sep}"
+
+    def relative(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(prefix, "")
+        if isinstance(value, list):
+            return [relative(v) for v in value]
+        if isinstance(value, dict):
+            return {k: relative(v) for k, v in value.items()}
+        return value
+
+    return results_json(relative(data)).encode("utf-8")
 
 
 def replace_tree(folder: Path, files: dict[Path, bytes]) -> None:
