@@ -7,7 +7,7 @@ VENV  ?= .venv
 TORCH ?= torch==2.13.0+cpu
 PY    := $(VENV)/bin/python
 
-.PHONY: install demo test lint smoke
+.PHONY: install demo test lint smoke results
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -19,6 +19,11 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(PY) src/train.py experiment=demo
+
+# Regenerate the results tables of README.md and docs/RESULTS.md from the per-run records under
+# docs/results/*/runs (CI checks they are current: tests/test_results_tables.py).
+results: install
+	$(PY) src/report.py --leaderboard docs/results --write README.md docs/RESULTS.md
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks

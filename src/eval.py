@@ -3,13 +3,14 @@
 import hydra
 from omegaconf import DictConfig
 
-from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
+from entailment_lab.cli import run_task
+from entailment_lab.config import register_resolvers
 from entailment_lab.pipeline import evaluate
 
 register_resolvers()
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="eval")
 def main(cfg: DictConfig) -> float | None:
     return run_task(evaluate, cfg)
 

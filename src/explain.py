@@ -5,11 +5,12 @@ import logging
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
+from entailment_lab.cli import run_task
+from entailment_lab.config import check_config, register_resolvers
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.explain import explain_dir, explain_pair
 from entailment_lab.files import save_figures
-from entailment_lab.pipeline import check_config, load_trained
+from entailment_lab.pipeline import load_trained
 
 register_resolvers()
 OmegaConf.register_new_resolver("explain_dir", explain_dir, replace=True)  # conf/explain.yaml
@@ -31,7 +32,7 @@ def explain(cfg: DictConfig) -> dict:
     return result
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="explain")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="explain")
 def main(cfg: DictConfig) -> None:
     run_task(explain, cfg)
 

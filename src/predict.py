@@ -7,13 +7,14 @@
 import hydra
 from omegaconf import DictConfig
 
-from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
+from entailment_lab.cli import run_task
+from entailment_lab.config import register_resolvers
 from entailment_lab.predict import predict
 
 register_resolvers()
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="predict")
 def main(cfg: DictConfig) -> None:
     run_task(predict, cfg)
 

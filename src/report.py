@@ -34,11 +34,25 @@ def main(argv: list[str] | None = None) -> int:
                         "is there), so that `src/report.py OUT/runs --out OUT` and "
                         "`src/curves.py OUT/runs --out OUT` rebuild the report and curves from OUT "
                         "alone")
+    parser.add_argument("--leaderboard", metavar="RESULTS_DIR",
+                        help="instead: regenerate the results tables of the documents given "
+                        "with --write (between <!-- results:NAME --> markers) from the per-run "
+                        "records under RESULTS_DIR/*/runs (docs/results)")
+    parser.add_argument("--write", metavar="DOC", nargs="+", default=[],
+                        help="with --leaderboard: the documents to update (README.md "
+                        "docs/RESULTS.md)")
+    parser.add_argument("--check", action="store_true",
+                        help="with --leaderboard: change nothing; exit 1 if a document's tables "
+                        "differ from what the records give")
     parser.add_argument("--compare-reduced", action="store_true",
                         help="compare runs with a debug preset or a truncated budget (debug=tiny, "
                         "trainer.limit_train_batches=...) with the paper too (default: they get "
                         "rows of their own, marked, without the paper's numbers)")
     args = parser.parse_args(argv)
+    if args.leaderboard:
+        return _leaderboard(args.leaderboard, args.write, args.check)
+    if not args.paths and not args.wandb:
+        parser.error("give PATH(s) or --wandb (or --leaderboard RESULTS_DIR --write DOC...)")
     try:
         report = make_report(args.paths, out=args.out, wandb_project=args.wandb,
                              wandb_group=args.group, plot=not args.no_plot,
@@ -49,6 +63,28 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(report.markdown, end="")
     print(f"written: {', '.join(str(f) for f in report.files)}", file=sys.stderr)
+    return 0
+
+
+def _leaderboard(results_dir: str, documents: list[str], check: bool) -> int:
+    from entailment_lab.report.leaderboard import update_documents
+
+    if not documents:
+        print("error: --leaderboard needs the documents to update: --write README.md "
+              "docs/RESULTS.md", file=sys.stderr)
+        return 1
+    try:
+        changed = update_documents(results_dir, documents, check=check)
+    except UserError as err:
+        print(f"error: {str(err).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
+    if check and changed:
+        print(f"error: the results tables of {', '.join(map(str, changed))} differ from the "
+              f"records in {results_dir}: run python src/report.py --leaderboard {results_dir} "
+              f"--write {' '.join(documents)}", file=sys.stderr)
+        return 1
+    verb = "up to date" if check else f"{len(changed)} updated"
+    print(f"results tables: {verb} ({', '.join(documents)})", file=sys.stderr)
     return 0
 
 

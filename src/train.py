@@ -6,13 +6,14 @@ All settings are Hydra configs under ``conf/`` (see README); ``-m`` sweeps into 
 import hydra
 from omegaconf import DictConfig
 
-from entailment_lab.cli import CONFIG_DIR, register_resolvers, run_task
+from entailment_lab.cli import run_task
+from entailment_lab.config import register_resolvers
 from entailment_lab.pipeline import train
 
 register_resolvers()
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     return run_task(train, cfg)
 

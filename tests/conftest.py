@@ -5,18 +5,18 @@ gradient flow, over-fitting)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 from torch import nn
 
-from entailment_lab.cli import CONFIG_DIR, register_resolvers
+from entailment_lab.config import register_resolvers
 from entailment_lab.data.demo import write_demo_corpus, write_jsonl
 
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -50,10 +50,13 @@ def file_overrides(files: dict[str, str]) -> list[str]:
 
 
 def compose_cfg(overrides: list[str], tmp_path: Path, config_name: str = "train") -> DictConfig:
-    """Compose a real config as ``src/train.py`` would, with the job folder in ``tmp_path``."""
+    """Compose a real config as ``src/train.py`` would, with the job folder in ``tmp_path``;
+    ``conf/`` is found as Hydra's config path relative to this folder."""
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
-        cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    # Left initialised (no ``with``), as inside ``@hydra.main``: the task may ask Hydra for
+    # the config groups' options (config.budget_options).
+    initialize(version_base="1.3", config_path="../conf")
+    cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(tmp_path)
         cfg.hydra.job.num = 0
@@ -118,23 +121,84 @@ def assert_padding_invariant(model: nn.Module, vocab_size: int, *,
                              **forward_kwargs: object) -> tuple[dict, dict]:
     """A random pair (5-word premise, 4-word hypothesis) gets the same logits alone as at row
     ``position`` of a batch whose other rows have the ``*_mates`` lengths (a longer one on each
-    side, so the pair is padded, with noise ids under its mask). ``model`` is put in eval mode;
+    side, so the pair is padded, with noise ids under its mask). A sentence model
+    (``inputs == "sentence"``) reads the premises only. ``model`` is put in eval mode;
     ``forward_kwargs`` (e.g. ``return_details=True``) go to both calls, whose outputs are
     returned, (alone, batch), for checks beyond the logits."""
     model.eval()
+    sentence = getattr(model, "inputs", "pair") == "sentence"
+
+    def run(premises: list[torch.Tensor], hypotheses: list[torch.Tensor]) -> dict:
+        inputs = pad_with_noise(premises, vocab_size)
+        if not sentence:
+            inputs += pad_with_noise(hypotheses, vocab_size)
+        return model(*inputs, **forward_kwargs)
+
     premise, hypothesis = torch.randint(1, vocab_size, (5,)), torch.randint(1, vocab_size, (4,))
-    alone = model(*pad_with_noise([premise], vocab_size),
-                  *pad_with_noise([hypothesis], vocab_size), **forward_kwargs)
+    alone = run([premise], [hypothesis])
     premises = random_sentences(premise_mates, vocab_size)
     hypotheses = random_sentences(hypothesis_mates, vocab_size)
     premises.insert(position, premise)
     hypotheses.insert(position, hypothesis)
     assert max(premise_mates) > len(premise) and max(hypothesis_mates) > len(hypothesis)
-    batch = model(*pad_with_noise(premises, vocab_size), *pad_with_noise(hypotheses, vocab_size),
-                  **forward_kwargs)
+    batch = run(premises, hypotheses)
     torch.testing.assert_close(batch["logits"][position : position + 1], alone["logits"],
                                rtol=1e-5, atol=1e-6)
     return alone, batch
+
+
+def padded_pair_details(model: nn.Module, vocab_size: int,
+                        premise_lengths: Sequence[int] = (6, 3),
+                        hypothesis_lengths: Sequence[int] = (2, 5)
+                        ) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """``model`` in eval mode on random pairs of these lengths (noise ids under the masks) with
+    ``return_details=True``: (details, premise mask, hypothesis mask), the batch of the
+    attention-map tests."""
+    p_ids, p_mask = pad_with_noise(random_sentences(premise_lengths, vocab_size), vocab_size)
+    h_ids, h_mask = pad_with_noise(random_sentences(hypothesis_lengths, vocab_size), vocab_size)
+    return model.eval()(p_ids, p_mask, h_ids, h_mask, return_details=True), p_mask, h_mask
+
+
+def assert_attention_over_real_premise(attention: torch.Tensor, premise_mask: torch.Tensor,
+                                       hypothesis_mask: torch.Tensor) -> None:
+    """``attention`` (batch, len_h, len_p): each real hypothesis word's row sums to 1 over the
+    real premise positions; padded premise positions get no weight, padded hypothesis words
+    all-zero rows."""
+    assert attention.shape == (*hypothesis_mask.shape, premise_mask.shape[1])
+    torch.testing.assert_close(attention.sum(2)[hypothesis_mask],
+                               torch.ones(int(hypothesis_mask.sum())))
+    pair_mask = hypothesis_mask[:, :, None] & premise_mask[:, None, :]
+    assert attention[~pair_mask].abs().max() == 0
+
+
+def check_premise_attention_map(model: nn.Module, vocab_size: int
+                                ) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The attention-map check of a model whose hypothesis words attend over the premise: on
+    the pairs of ``padded_pair_details``, ``details["attention"]`` (batch, len_h, len_p) is
+    normalised over the real premise words, and pair 1's heat map covers its real words
+    (5 hypothesis rows, 3 premise columns). Returns what ``padded_pair_details`` returns."""
+    out, p_mask, h_mask = padded_pair_details(model, vocab_size)
+    assert out["attention"].shape == (2, 5, 6)  # (batch, len_h, len_p)
+    assert_attention_over_real_premise(out["attention"], p_mask, h_mask)
+    maps = model.heatmaps(out, ["p"] * 3, ["h"] * 5, index=1)
+    assert maps["attention"].values.shape == (5, 3)
+    return out, p_mask, h_mask
+
+
+def assert_rows_match_reference(model: nn.Module, reference: Callable[..., torch.Tensor],
+                                premise_lengths: Sequence[int],
+                                hypothesis_lengths: Sequence[int], vocab_size: int) -> None:
+    """Every pair of a padded batch (noise ids under the masks) gets the logits that
+    ``reference(model, premise, hypothesis)`` computes on that pair alone, unpadded: the
+    equation-by-equation tests of the grid models."""
+    premises = random_sentences(premise_lengths, vocab_size)
+    hypotheses = random_sentences(hypothesis_lengths, vocab_size)
+    logits = model.eval()(*pad_with_noise(premises, vocab_size),
+                          *pad_with_noise(hypotheses, vocab_size))["logits"]
+    with torch.no_grad():
+        for row, (p, h) in enumerate(zip(premises, hypotheses, strict=True)):
+            torch.testing.assert_close(logits[row], reference(model, p, h), rtol=1e-5,
+                                       atol=1e-6)
 
 
 def assert_gradients_reach_every_parameter(model: nn.Module, inputs: tuple[torch.Tensor, ...],

@@ -7,15 +7,15 @@ import torch
 from omegaconf import OmegaConf
 
 from entailment_lab import pipeline
-from entailment_lab.cli import (
+from entailment_lab.config import budget_record, check_config
+from entailment_lab.errors import ConfigError
+from entailment_lab.threads import (
     auto_threads,
     parallel_jobs,
     processes_per_run,
     set_flush_denormal,
     set_threads,
 )
-from entailment_lab.config import configured_max_epochs
-from entailment_lab.errors import ConfigError
 from tests.conftest import REPO, compose_cfg
 
 GROUPS = ["model", "data", "embeddings", "optimizer", "scheduler", "trainer", "logger",
@@ -64,7 +64,7 @@ def test_table2_rows_pin_the_paper_settings(tmp_path):
     assert (cfg.model.name, cfg.dim, cfg.optimizer.lr, cfg.data.batch_size) == ("din1", 400,
                                                                                   0.001, 128)
     assert cfg.embeddings._target_.endswith("glove_file") and "row17" in cfg.tags
-    assert cfg.scheduler.scheduler.gamma == 0.95 and cfg.scheduler.scheduler.step_size == 1000
+    assert cfg.scheduler.gamma == 0.95 and cfg.scheduler.step_size == 1000
     decatt = compose_cfg(["experiment=table2/row08"], tmp_path)
     assert decatt.optimizer._target_ == "torch.optim.Adagrad" and decatt.optimizer.lr == 0.05
     assert decatt.data.batch_size == 4 and decatt.embeddings.normalize
@@ -125,12 +125,16 @@ def test_dcnn_recipe_restarts_adagrad_every_five_epochs(tmp_path):
     assert list(glove.model.net.folding) == [False, True] and "dim" not in glove.embeddings
 
 
-def test_swapping_the_optimiser_keeps_no_stale_values(tmp_path):
+def test_swapping_the_optimiser_keeps_the_recipes_values(tmp_path):
+    """A recipe's optimiser values (conf/recipe/) apply to whichever optimiser is chosen: Adam
+    under the intra-attention recipe trains at that recipe's lr. A value the chosen optimiser
+    does not take is refused before any data is read (tests/test_schema.py)."""
     cfg = compose_cfg(["model=decatt_intra", "optimizer=adam"], tmp_path)
-    assert cfg.optimizer._target_ == "torch.optim.Adam" and cfg.optimizer.lr == 1e-3
+    assert cfg.optimizer._target_ == "torch.optim.Adam" and cfg.optimizer.lr == 0.025
     assert "initial_accumulator_value" not in cfg.optimizer
     other = compose_cfg(["model=decatt", "recipe=din"], tmp_path)
     assert other.optimizer._target_ == "torch.optim.Adam" and other.data.batch_size == 128
+    assert other.optimizer.lr == 1e-3
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [
@@ -139,9 +143,10 @@ def test_swapping_the_optimiser_keeps_no_stale_values(tmp_path):
     (["model=lexical"], 100),                               # no override: what it runs with
 ])
 def test_configured_budget_ignores_the_command_line_epochs(overrides, expected, tmp_path):
-    """What results.json records as the config's budget, for the report's reduced-run check."""
+    """What results.json records as the config's budget, for the report's reduced-run check:
+    the top-level ``epochs`` of the composed config, never re-composed."""
     cfg = compose_cfg(overrides, tmp_path)
-    assert configured_max_epochs(cfg, overrides) == expected
+    assert budget_record(cfg)["configured_max_epochs"] == expected
 
 
 @pytest.fixture
@@ -271,7 +276,8 @@ def test_protocol_budget_yields_to_the_command_line(tmp_path):
     assert compose_cfg([*base, "~budget"], tmp_path).trainer.max_epochs == 60  # the recipe's
     assert compose_cfg(["model=decatt"], tmp_path).trainer.max_epochs == 60
     overrides = [*base, "trainer.max_epochs=7"]  # what the report's reduced-run check reads
-    assert configured_max_epochs(compose_cfg(overrides, tmp_path), overrides) == 180
+    assert budget_record(compose_cfg(overrides, tmp_path)) == {"max_epochs": 7,
+                                                               "configured_max_epochs": 180}
     # the budget follows the recipe, not the model name: DIN's recipe keeps its 30 epochs
     assert compose_cfg([*base, "recipe=din"], tmp_path).trainer.max_epochs == 30
 
@@ -281,12 +287,11 @@ def test_a_misspelt_budget_is_refused_not_skipped(tmp_path):
     base = ["experiment=protocols/sick", "data_root=/data", "model=decatt"]
     cfg = compose_cfg([*base, "budget=protocols/sick/decat"], tmp_path)
     assert cfg.trainer.max_epochs == 60  # what Hydra alone would have trained
-    with pytest.raises(ConfigError, match=r"budget=protocols/sick/decat: no file conf/budget/"
-                                          r"protocols/sick/decat\.yaml; the budgets are .*"
-                                          r"protocols/sick/decatt.*~budget"):
-        pipeline.check_config(cfg)
-    pipeline.check_config(compose_cfg([*base, "budget=protocols/sick/decatt_intra"], tmp_path))
-    pipeline.check_config(compose_cfg([*base, "~budget"], tmp_path))
+    with pytest.raises(ConfigError, match=r"budget=protocols/sick/decat: no such budget; the "
+                                          r"budgets are .*protocols/sick/decatt.*~budget"):
+        check_config(cfg)
+    check_config(compose_cfg([*base, "budget=protocols/sick/decatt_intra"], tmp_path))
+    check_config(compose_cfg([*base, "~budget"], tmp_path))
 
 
 def test_every_budget_file_names_an_experiment_and_a_recipe():
@@ -297,4 +302,4 @@ def test_every_budget_file_names_an_experiment_and_a_recipe():
         experiment = path.parent.relative_to(REPO / "conf" / "budget")
         assert (REPO / "conf" / "experiment" / f"{experiment}.yaml").is_file(), path
         assert (REPO / "conf" / "recipe" / path.name).is_file(), path
-        assert set(OmegaConf.load(path)) == {"trainer"}, path  # epochs only, not the recipe
+        assert set(OmegaConf.load(path)) == {"epochs"}, path  # epochs only, not the recipe

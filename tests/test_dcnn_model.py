@@ -1,4 +1,5 @@
-"""DCNN: the pooling/folding/k-schedule pieces, masking, gradients, L2 and a tiny overfit."""
+"""DCNN: the pooling/folding/k-schedule pieces against references, counts, k per sample, init,
+L2, config values. Shapes, padding, gradients, over-fitting and save/load: test_model_harness."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from entailment_lab.models.dcnn import (
     wide_convolution_mask,
 )
 from entailment_lab.module import ClassifierModule
-from tests.conftest import fits_exactly, pad_with_noise, random_sentences
+from tests.conftest import pad_with_noise, random_sentences
 from tests.dcnn_reference import (
     fold,
     reference_k_max_pooling,
@@ -179,28 +180,6 @@ def test_parameter_count_of_the_paper_configuration(folding, features, expected)
     assert count_trainable_parameters(model, exclude=model.embedding) == expected
 
 
-def test_sentence_padding_does_not_change_logits():
-    torch.manual_seed(1)
-    model = dcnn(num_classes=5).eval()
-    for length in (1, 3, 8):
-        sentence = torch.randint(1, VOCAB, (length,))
-        alone = model(*pad_batch([sentence]))["logits"]
-        batch = model(*pad_batch([sentence, *random_sentences([17, 11], VOCAB)]))["logits"]
-        torch.testing.assert_close(batch[0:1], alone, rtol=1e-5, atol=1e-6)
-
-
-def test_pair_padding_does_not_change_logits():
-    torch.manual_seed(2)
-    model = dcnn(pair=True, num_classes=3).eval()
-    premise, hypothesis = torch.randint(1, VOCAB, (6,)), torch.randint(1, VOCAB, (3,))
-    alone = model(*pad_batch([premise]), *pad_batch([hypothesis]))["logits"]
-    batch = model(
-        *pad_batch([premise, *random_sentences([15, 9], VOCAB)]),
-        *pad_batch([hypothesis, *random_sentences([8, 13], VOCAB)]),
-    )["logits"]
-    torch.testing.assert_close(batch[0:1], alone, rtol=1e-5, atol=1e-6)
-
-
 def test_details_report_per_sample_k():
     model = dcnn(num_classes=2).eval()
     ids, mask = random_batch([18, 3])
@@ -233,21 +212,6 @@ def test_glorot_init_uses_lasagnes_bounds():
     assert not model.output.bias.any()
     fan_in = dcnn(num_classes=6).encoder.layers[0].weight
     assert float(fan_in.abs().max()) > 0.9 / 7**0.5  # the default: U(+-1/sqrt(maps_in * m))
-
-
-@pytest.mark.parametrize("pair", [False, True])
-def test_gradients_reach_every_trainable_parameter(pair):
-    torch.manual_seed(3)
-    model = dcnn(pair, num_classes=3)
-    labels = torch.tensor([0, 1, 2])
-    inputs = random_batch([9, 4, 12])
-    if pair:
-        inputs += random_batch([5, 7, 2])
-    logits = model(*inputs)["logits"]
-    nn.functional.cross_entropy(logits, labels).backward()
-    for name, parameter in model.named_parameters():
-        assert parameter.grad is not None, name
-        assert parameter.grad.abs().sum() > 0, name
 
 
 def test_l2_penalties_are_the_per_layer_groups():
@@ -297,21 +261,6 @@ def test_decoupled_weight_decay_is_refused_for_l2_penalties():
                               label_names=["a", "b"])
     with pytest.raises(ConfigError, match="decouples weight decay"):
         module.configure_optimizers()
-
-
-def test_sentence_classifier_overfits_24_random_sentences():
-    torch.manual_seed(4)
-    model = dcnn(num_classes=3, dropout=0.0)
-    sentences = random_batch(torch.randint(2, 12, (24,)).tolist())
-    assert fits_exactly(model, sentences, torch.arange(24) % 3, lr=1e-2)
-
-
-def test_pair_classifier_overfits_24_random_pairs():
-    torch.manual_seed(5)
-    model = dcnn(pair=True, num_classes=3, dropout=0.0)
-    premises = random_batch(torch.randint(3, 10, (24,)).tolist())
-    hypotheses = random_batch(torch.randint(2, 8, (24,)).tolist())
-    assert fits_exactly(model, premises + hypotheses, torch.arange(24) % 3, lr=1e-2)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
-"""DF-LSTM: parameter counts, the grid recurrence against a cell-by-cell reading of the
-equations, masking, gradients, a tiny overfit, config errors."""
+"""DF-LSTM: parameter counts, the grid recurrence against a cell-by-cell loop over the model's
+own modules (the equations themselves: test_reference_dflstm), memory attention,
+initialisation, config errors. Shapes, padding, gradients, over-fitting and save/load:
+test_model_harness."""
 
 from __future__ import annotations
 
@@ -12,9 +14,7 @@ from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.dflstm import DeepFusionLSTM
 from tests.conftest import (
-    assert_gradients_reach_every_parameter,
-    assert_padding_invariant,
-    fits_exactly,
+    assert_rows_match_reference,
     frozen_embedding,
     pad_with_noise,
     random_sentences,
@@ -22,6 +22,11 @@ from tests.conftest import (
 
 VOCAB = 60
 pad_batch = partial(pad_with_noise, vocab_size=VOCAB)
+HARNESS_OVERRIDES = ["model.net.memory_size=3"]  # memories shorter than the sentences
+# Also through the harness's network checks (padding, gradients): K longer than a sentence
+# (the config's 9), and stacked layers with an align function per memory.
+HARNESS_VARIANTS = [["model.net.memory_size=9"],
+                    ["model.net.separate_attention=true", "model.net.num_layers=2"]]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -103,18 +108,8 @@ def reference_logits(model: DeepFusionLSTM, p: torch.Tensor, h: torch.Tensor) ->
 def test_diagonal_wavefront_equals_the_cell_by_cell_recurrence(kwargs):
     """Every pair of a padded batch (lengths 1 to 14, memory shorter and longer than a sentence)
     gets the logits of the equations run on that pair alone."""
-    model = small_model(**kwargs).eval()
-    premises = random_sentences((5, 14, 1, 9), VOCAB)
-    hypotheses = random_sentences((4, 7, 3, 1), VOCAB)
-    logits = model(*pad_batch(premises), *pad_batch(hypotheses))["logits"]
-    with torch.no_grad():
-        for row, (p, h) in enumerate(zip(premises, hypotheses, strict=True)):
-            torch.testing.assert_close(logits[row], reference_logits(model, p, h),
-                                       rtol=1e-5, atol=1e-6)
-
-
-def test_padding_does_not_change_logits():
-    assert_padding_invariant(small_model(memory_size=9), VOCAB)
+    assert_rows_match_reference(small_model(**kwargs), reference_logits, (5, 14, 1, 9),
+                                (4, 7, 3, 1), VOCAB)
 
 
 def test_memory_attention_normalises_over_earlier_real_positions():
@@ -155,15 +150,6 @@ def test_heatmaps_cover_the_real_words():
     torch.testing.assert_close(maps["memory_hypothesis"].values.sum(), torch.tensor(1.0))
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"separate_attention": True, "num_layers": 2}])
-def test_gradients_reach_every_trainable_parameter(kwargs):
-    model = small_model(memory_size=3, **kwargs)
-    p_ids, p_mask = pad_batch(random_sentences((6, 4, 7), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences((4, 5, 2), VOCAB))
-    assert_gradients_reach_every_parameter(model, (p_ids, p_mask, h_ids, h_mask),
-                                           torch.tensor([0, 1, 2]))
-
-
 def test_initialisation_orthogonal_lstm_blocks_uniform_rest():
     model = DeepFusionLSTM(frozen_embedding(VOCAB, 16), num_classes=3, dim=16, init_range=0.1)
     for block in model.layers[0].lstm_x.affine.weight.split(8, dim=0):  # (d, d_in + 2d) per gate
@@ -171,15 +157,6 @@ def test_initialisation_orthogonal_lstm_blocks_uniform_rest():
     for name, parameter in model.named_parameters():
         if not name.endswith("affine.weight") and not name.startswith("embedding."):
             assert parameter.abs().max() <= 0.1, name
-
-
-def test_overfits_24_random_pairs():
-    embedding = frozen_embedding(VOCAB, 16, seed=3)
-    model = DeepFusionLSTM(embedding, num_classes=3, dim=32, memory_size=3)
-    p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 8, (24,)), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 6, (24,)), VOCAB))
-    labels = torch.arange(24) % 3
-    assert fits_exactly(model, (p_ids, p_mask, h_ids, h_mask), labels, lr=1e-2)
 
 
 @pytest.mark.parametrize(

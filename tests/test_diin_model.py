@@ -1,4 +1,5 @@
-"""DIIN (models/diin.py) in pure torch: shapes, masks, features, gradients, penalty, overfitting.
+"""DIIN (models/diin.py) in pure torch: shapes, masks, features, gradients, penalty, init.
+Shapes, padding, gradients, over-fitting and save/load of the config: test_model_harness.
 
 Small configurations (sequence_length 8, two tiny dense blocks) keep the whole file to a few
 seconds.
@@ -24,7 +25,7 @@ from entailment_lab.models.diin import (
     exact_match_feature,
     fit_length,
 )
-from tests.conftest import compose_cfg, fits_exactly
+from tests.conftest import compose_cfg
 
 VOCAB = [
     "<pad>", "<unk>", "a", "man", "Man", "dog", "runs", "running", "n't", "not", "sleeps",
@@ -45,6 +46,8 @@ SMALL = {
     "growth_rate": 4,
     "transition_rate": 0.5,
 }
+HARNESS_OVERRIDES = ["data.max_length=8", "model.net.char_filters=8", "model.net.dense_blocks=2",
+                     "model.net.dense_layers=2", "model.net.growth_rate=4"]
 
 
 def small_diin(vocab=VOCAB, emb_dim=10, num_classes=3, **overrides) -> DIIN:
@@ -268,24 +271,6 @@ def test_dropout_schedule_and_embedding_freeze():
     assert count_trainable_parameters(frozen, exclude=frozen.embedding) == sum(
         p.numel() for p in frozen.parameters() if p.requires_grad
     )
-
-
-def test_overfits_random_pairs():
-    torch.manual_seed(0)
-    vocab = ["<pad>", "<unk>"] + [f"w{i}" for i in range(40)]
-    model = small_diin(vocab=vocab, emb_dim=12, dropout=0.0)
-    n = 24
-    lengths_p, lengths_h = torch.randint(3, 9, (n,)), torch.randint(2, 7, (n,))
-    p = torch.randint(2, len(vocab), (n, 8)) * (torch.arange(8) < lengths_p[:, None])
-    h = torch.randint(2, len(vocab), (n, 6)) * (torch.arange(6) < lengths_h[:, None])
-    labels = torch.randint(0, 3, (n,))
-    model.train()
-    assert fits_exactly(model, (p, p != 0, h, h != 0), labels, lr=3e-3, steps=200,
-                        regularized=True)
-    model.eval()
-    with torch.no_grad():
-        accuracy = (model(p, p != 0, h, h != 0)["logits"].argmax(-1) == labels).float().mean()
-    assert accuracy == 1.0
 
 
 def test_parameter_count_against_the_paper():

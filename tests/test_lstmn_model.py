@@ -1,8 +1,7 @@
-"""LSTMN with deep attention fusion: parameter counts of Table 2, masking, gradients, overfit."""
+"""LSTMN with deep attention fusion: parameter counts of Table 2, attention maps, config values.
+Shapes, padding, gradients, over-fitting and save/load: test_model_harness."""
 
 from __future__ import annotations
-
-from functools import partial
 
 import pytest
 import torch
@@ -11,17 +10,11 @@ from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.lstmn import LSTMNDeepFusion
 from entailment_lab.paper_tables import TABLE2, parse_count
-from tests.conftest import (
-    assert_gradients_reach_every_parameter,
-    assert_padding_invariant,
-    fits_exactly,
-    frozen_embedding,
-    pad_with_noise,
-    random_sentences,
-)
+from tests.conftest import frozen_embedding, padded_pair_details
 
 VOCAB = 60
-pad_batch = partial(pad_with_noise, vocab_size=VOCAB)
+# Also through the harness's network checks (padding, gradients): the other reading.
+HARNESS_VARIANTS = [["model.net.shared_reader=false", "model.net.initial_slot=false"]]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -61,21 +54,12 @@ def test_separate_premise_reader_adds_one_lstmn():
         1_714_203 + 6 * h * h + 5 * h * d + 6 * h) == 2_706_003
 
 
-@pytest.mark.parametrize(("shared", "slot"), [(True, True), (False, False)])
-def test_padding_does_not_change_logits(shared, slot):
-    torch.manual_seed(1)
-    model = tiny(shared_reader=shared, initial_slot=slot)
-    assert_padding_invariant(model, VOCAB)
-
-
 @pytest.mark.parametrize("slot", [True, False])
 def test_attention_maps_normalise_over_real_earlier_slots(slot):
     torch.manual_seed(4)
     model = tiny(initial_slot=slot).eval()
     n0 = int(slot)
-    p_ids, p_mask = pad_batch(random_sentences((6, 3), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences((2, 5), VOCAB))
-    out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
+    out, p_mask, h_mask = padded_pair_details(model, VOCAB)
     intra_p, intra_h = out["intra_attention_premise"], out["intra_attention_hypothesis"]
     inter = out["inter_attention"]
     assert intra_p.shape == (2, 6, n0 + 6) and intra_h.shape == (2, 5, n0 + 5)
@@ -101,25 +85,6 @@ def test_attention_maps_normalise_over_real_earlier_slots(slot):
     maps = model.heatmaps(out, ["a"] * 6, ["b"] * 2, index=0)
     assert maps["inter_attention"].values.shape == (2, n0 + 6)
     assert maps["intra_attention_premise"].values.shape == (6, n0 + 6)
-
-
-@pytest.mark.parametrize("shared", [True, False])
-def test_gradients_reach_every_trainable_parameter(shared):
-    torch.manual_seed(2)
-    model = tiny(shared_reader=shared, dropout=0.0)
-    p_ids, p_mask = pad_batch(random_sentences((7, 3, 5), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences((4, 6, 2), VOCAB))
-    assert_gradients_reach_every_parameter(model, (p_ids, p_mask, h_ids, h_mask),
-                                           torch.tensor([0, 1, 2]))
-
-
-def test_overfits_24_random_pairs():
-    torch.manual_seed(3)
-    model = LSTMNDeepFusion(frozen_embedding(VOCAB, 16), num_classes=3, hidden_size=16, dropout=0.0)
-    p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 8, (24,)), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 6, (24,)), VOCAB))
-    labels = torch.arange(24) % 3
-    assert fits_exactly(model, (p_ids, p_mask, h_ids, h_mask), labels, lr=1e-2)
 
 
 @pytest.mark.parametrize(

@@ -24,30 +24,24 @@ import torch
 import torch.nn.functional as F
 from omegaconf import open_dict
 
-from entailment_lab.config import instantiate
+from entailment_lab.config import check_precision, instantiate
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import pack, run_rnn
-from entailment_lab.pipeline import build_datamodule, build_net, check_precision, train
+from entailment_lab.pipeline import build_datamodule, build_net, train
 from tests.autocast_emulation import CudaAutocast
-from tests.conftest import FAST, REPO, compose_cfg, file_overrides
-from tests.test_models_e2e import SMALL
+from tests.conftest import FAST, compose_cfg, file_overrides
+from tests.test_model_harness import MODELS, is_sentence_model
+from tests.test_model_harness import model_overrides as harness_overrides
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-MODELS = sorted(path.stem for path in (REPO / "conf" / "model").glob("*.yaml"))
-SENTENCE_MODELS = {"dcnn_sentence"}  # read one sentence (SST schema), the others a pair
 
 
 def model_overrides(model: str, pair_files: dict[str, str],
                     sentence_files: dict[str, str]) -> list[str]:
-    """A small instance of ``model`` (test_models_e2e's sizes) on its kind of tiny corpus."""
-    data = (["data=sst5", *file_overrides(sentence_files)] if model in SENTENCE_MODELS
-            else file_overrides(pair_files))
-    return [f"model={model}", *SMALL.get(model, []), *FAST, *data]
-
-
-def test_every_model_config_is_covered():
-    assert set(MODELS) - SENTENCE_MODELS <= set(SMALL), "give a new model its SMALL sizes"
+    """A small instance of ``model`` (test_model_harness's sizes: every conf/model config, each
+    model's HARNESS_OVERRIDES) on its kind of tiny corpus."""
+    files = sentence_files if is_sentence_model(model) else pair_files
+    return [*harness_overrides(model), *file_overrides(files)]
 
 
 # --- bf16-mixed through Lightning -----------------------------------------------------------------

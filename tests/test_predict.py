@@ -195,7 +195,7 @@ def test_config_errors_are_one_line(ckpt, tmp_path, capsys):
         ([], "give input=FILE"),
         (["input=x.jsonl", "premise=a"], "not both"),
         ([f"input={tmp_path / 'missing.jsonl'}"], "input: no such file"),
-        (["input=pairs.xlsx"], "is not a .jsonl, .csv or .tsv file"),
+        (["input=pairs.xlsx"], "unsupported file type; use .jsonl, .txt / .tsv"),
     ]
     for overrides, message in cases:
         with pytest.raises(SystemExit) as exit_info:

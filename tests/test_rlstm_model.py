@@ -1,8 +1,7 @@
-"""Re-read LSTM: parameter count of Table 2, masking, attention maps, gradients, a tiny overfit."""
+"""Re-read LSTM: parameter counts of Table 2, attention maps, config values. Shapes, padding,
+gradients, over-fitting and save/load: test_model_harness (with the knobs' variants below)."""
 
 from __future__ import annotations
-
-from functools import partial
 
 import pytest
 import torch
@@ -11,17 +10,12 @@ from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.rlstm import ReReadLSTM
 from entailment_lab.paper_tables import TABLE2
-from tests.conftest import (
-    assert_gradients_reach_every_parameter,
-    assert_padding_invariant,
-    fits_exactly,
-    frozen_embedding,
-    pad_with_noise,
-    random_sentences,
-)
+from tests.conftest import check_premise_attention_map, frozen_embedding
 
 VOCAB = 60
-pad_batch = partial(pad_with_noise, vocab_size=VOCAB)
+# Also through the harness's network checks (padding, gradients): the other readings.
+HARNESS_VARIANTS = [["model.net.pooling=last", "model.net.premise_bidirectional=false"],
+                    ["model.net.memory_in_gates=false"], ["model.net.memory_in_output=false"]]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -55,49 +49,10 @@ def tiny(**kwargs) -> ReReadLSTM:
                       **kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"pooling": "last", "premise_bidirectional": False},
-                                    {"memory_in_gates": False}])
-def test_padding_does_not_change_logits(kwargs):
-    torch.manual_seed(1)
-    model = tiny(**kwargs)
-    assert_padding_invariant(model, VOCAB)
-
-
 def test_attention_normalises_over_real_premise_words():
     torch.manual_seed(2)
-    model = tiny().eval()
-    p_ids, p_mask = pad_batch(random_sentences((6, 3), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences((2, 5), VOCAB))
-    out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
-    attention = out["attention"]
-    assert attention.shape == (2, 5, 6)  # (batch, len_h, len_p)
-    # Each real hypothesis step's weights sum to 1 over the real premise words...
-    torch.testing.assert_close(attention.sum(2)[h_mask], torch.ones(2 + 5))
-    # ...padded premise words get none, and padded hypothesis steps have all-zero rows.
-    pair_mask = h_mask[:, :, None] & p_mask[:, None, :]
-    assert attention[~pair_mask].abs().max() == 0
-    maps = model.heatmaps(out, ["p"] * 3, ["h"] * 5, index=1)
-    assert maps["attention"].values.shape == (5, 3)
+    out, _, h_mask = check_premise_attention_map(tiny(), VOCAB)
     assert (out["hypothesis_states"][~h_mask] == 0).all()
-
-
-@pytest.mark.parametrize("kwargs", [{}, {"memory_in_gates": False}, {"memory_in_output": False}])
-def test_gradients_reach_every_trainable_parameter(kwargs):
-    torch.manual_seed(3)
-    model = tiny(**kwargs)
-    p_ids, p_mask = pad_batch(random_sentences((7, 4, 9), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences((4, 6, 3), VOCAB))
-    assert_gradients_reach_every_parameter(model, (p_ids, p_mask, h_ids, h_mask),
-                                           torch.tensor([0, 1, 2]))
-
-
-def test_overfits_24_random_pairs():
-    torch.manual_seed(4)
-    model = ReReadLSTM(frozen_embedding(VOCAB, 16), num_classes=3, hidden_size=16, dropout=0.0)
-    p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 9, (24,)), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 7, (24,)), VOCAB))
-    labels = torch.arange(24) % 3
-    assert fits_exactly(model, (p_ids, p_mask, h_ids, h_mask), labels, lr=1e-2)
 
 
 @pytest.mark.parametrize(

@@ -36,10 +36,9 @@ def test_ddp_two_cpu_processes_one_folder_reduced_metrics(pair_files, tmp_path):
 
 def test_sweeps_started_in_the_same_second_get_their_own_folders(tmp_path):
     """Each process draws its own run id, so the ${now:} second alone never decides the folder."""
-    code = ("from entailment_lab.cli import register_resolvers; register_resolvers(); "
+    code = ("from entailment_lab.config import register_resolvers; register_resolvers(); "
             "from hydra import compose, initialize_config_dir; "
-            "from entailment_lab.cli import CONFIG_DIR; "
-            "initialize_config_dir(version_base='1.3', config_dir=CONFIG_DIR); "
+            f"initialize_config_dir(version_base='1.3', config_dir='{REPO / 'conf'}'); "
             "c = compose('train', return_hydra_config=True); "
             "from hydra.core.hydra_config import HydraConfig; HydraConfig().set_config(c); "
             "print(c.hydra.sweep.dir)")
@@ -64,11 +63,11 @@ def has(module: str) -> bool:
 def test_scale_out_configs_compose(override, plugin, tmp_path):
     if not has(plugin):
         pytest.skip(f"{plugin} not installed (pip install -e '.[launchers,optuna]')")
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize
+    from hydra.core.global_hydra import GlobalHydra
 
-    from entailment_lab.cli import CONFIG_DIR
-
-    with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
+    GlobalHydra.instance().clear()
+    with initialize(version_base="1.3", config_path="../conf"):
         cfg = compose("train", overrides=[override, "trainer.devices=4"],
                       return_hydra_config=True)
     if "slurm" in override:

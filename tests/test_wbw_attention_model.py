@@ -1,4 +1,5 @@
-"""Word-by-word attention: parameter counts of Table 2, masking, gradients, a tiny overfit."""
+"""Word-by-word attention: parameter counts of Table 2, conditional encoding, attention maps,
+config values. Shapes, padding, gradients, over-fitting and save/load: test_model_harness."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from entailment_lab.models.common import count_trainable_parameters
 from entailment_lab.models.wbw_attention import WordByWordAttention
 from entailment_lab.paper_tables import TABLE2
 from tests.conftest import (
-    assert_gradients_reach_every_parameter,
-    assert_padding_invariant,
-    fits_exactly,
+    check_premise_attention_map,
     frozen_embedding,
     pad_with_noise,
     random_sentences,
@@ -22,6 +21,9 @@ from tests.conftest import (
 
 VOCAB = 60
 pad_batch = partial(pad_with_noise, vocab_size=VOCAB)
+# Also through the harness's network checks (padding, gradients): the other readings.
+HARNESS_VARIANTS = [["model.net.condition_on=state", "model.net.delimiter=false"],
+                    ["model.net.delimiter=false"], ["model.net.single_lstm_bias=true"]]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -50,14 +52,6 @@ def test_parameter_count_matches_table_2(single_bias, expected):
 
 
 @pytest.mark.parametrize("condition_on", ["cell", "state"])
-@pytest.mark.parametrize("delimiter", [True, False])
-def test_padding_does_not_change_logits(condition_on, delimiter):
-    torch.manual_seed(1)
-    model = small(condition_on=condition_on, delimiter=delimiter)
-    assert_padding_invariant(model, VOCAB)
-
-
-@pytest.mark.parametrize("condition_on", ["cell", "state"])
 def test_hypothesis_lstm_starts_from_the_premise_state(condition_on):
     torch.manual_seed(4)
     model = small(condition_on=condition_on).eval()
@@ -73,43 +67,13 @@ def test_hypothesis_lstm_starts_from_the_premise_state(condition_on):
 
 def test_attention_maps_normalise_over_the_real_premise():
     torch.manual_seed(5)
-    model = small().eval()
-    p_ids, p_mask = pad_batch(random_sentences((6, 3), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences((2, 5), VOCAB))
-    out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
-    attention = out["attention"]
-    assert attention.shape == (2, 5, 6)  # (batch, len_h, len_p)
-    # Rows of real hypothesis words sum to 1 over the premise; padded words' rows are zero.
-    torch.testing.assert_close(attention.sum(2)[h_mask], torch.ones(2 + 5))
-    assert attention[~h_mask].abs().max() == 0
-    # Padded premise positions get no weight.
-    assert attention[1, :, 3:].abs().max() == 0
-    maps = model.heatmaps(out, ["p"] * 3, ["h"] * 5, index=1)
-    assert maps["attention"].values.shape == (5, 3)
-
-
-def test_gradients_reach_every_trainable_parameter():
-    torch.manual_seed(2)
-    model = small(condition_on="state")
-    p_ids, p_mask = pad_batch(random_sentences((7, 3, 5), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences((4, 6, 2), VOCAB))
-    assert_gradients_reach_every_parameter(model, (p_ids, p_mask, h_ids, h_mask),
-                                           torch.tensor([0, 1, 2]))
+    check_premise_attention_map(small(), VOCAB)
 
 
 def test_single_lstm_bias_freezes_the_second_bias_at_zero():
     model = small(single_lstm_bias=True)
     for lstm in (model.premise_lstm, model.hypothesis_lstm):
         assert not lstm.bias_hh_l0.requires_grad and lstm.bias_hh_l0.abs().max() == 0
-
-
-def test_overfits_24_random_pairs():
-    embedding = frozen_embedding(VOCAB, 16, seed=3)
-    model = WordByWordAttention(embedding, num_classes=3, hidden_size=16, dropout=0.0)
-    p_ids, p_mask = pad_batch(random_sentences(torch.randint(3, 9, (24,)), VOCAB))
-    h_ids, h_mask = pad_batch(random_sentences(torch.randint(2, 7, (24,)), VOCAB))
-    labels = torch.arange(24) % 3
-    assert fits_exactly(model, (p_ids, p_mask, h_ids, h_mask), labels, lr=1e-2)
 
 
 @pytest.mark.parametrize(

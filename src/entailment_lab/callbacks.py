@@ -94,10 +94,10 @@ class ResultsRecorder(L.Callback):
 
     # --- test --------------------------------------------------------------------------------
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        loss_name, acc_name = pl_module.eval_names
-        metrics = _numbers(trainer, (loss_name, acc_name))
-        if pl_module.eval_split == "test":
-            metrics.update(_numbers(trainer, prefixes=("test/",)))
+        metrics = _numbers(trainer, prefixes=(f"{pl_module.eval_prefix}/",))
+        if pl_module.eval_split != "test":  # train/*_eval only, not the fit's train/* values
+            metrics = {k: v for k, v in metrics.items() if k.endswith("_eval")}
+        else:
             confusion = pl_module.test_confusion.compute().tolist()
             self.results.update(test_confusion_matrix=confusion, labels=pl_module.label_names)
             if trainer.is_global_zero:
@@ -228,3 +228,15 @@ def _log_confusion(trainer: L.Trainer, confusion: list[list[int]], labels: list[
     for lg in loggers:
         lg.experiment.log({"test/confusion_matrix": wandb.Table(
             columns=["gold", "predicted", "count"], data=rows)})
+
+
+def progress_bar(**kwargs: Any) -> L.Callback:
+    """Lightning's rich progress bar in a terminal; outside one (a log file, a pipe, CI) the
+    plain tqdm bar, which stays on one line per update instead of wrapping its metrics."""
+    import sys
+
+    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+
+    if sys.stdout.isatty():
+        return RichProgressBar(**kwargs)
+    return TQDMProgressBar(refresh_rate=kwargs.get("refresh_rate", 20))

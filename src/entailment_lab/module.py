@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import PurePath
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
-from torchmetrics import MaxMetric, MeanMetric
+from torchmetrics import MaxMetric, MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from entailment_lab.errors import ConfigError
@@ -41,6 +42,11 @@ class ClassifierModule(L.LightningModule):
         scheduler: an optional partial LR scheduler taking the optimiser.
         scheduler_interval: ``step`` (the DIN paper decays every 1,000 steps) or ``epoch``.
         label_names: class names in id order.
+        metrics: the metrics every stage computes, by name (the ``metrics`` config group):
+            each a callable taking ``num_classes`` (a partial torchmetrics class), logged as
+            ``<stage>/<name>``; ``acc`` is always there (checkpoints and early stopping watch
+            ``val/acc``). A metric that returns one value per class (``average: none``) is
+            logged per class, ``<stage>/<name>/<label>``, on validation and test.
         metadata: stored in every checkpoint under ``"entailment_lab"`` (vocabulary, resolved
             config) so ``eval.py`` and ``explain.py`` can rebuild the run from the file alone.
     """
@@ -53,11 +59,12 @@ class ClassifierModule(L.LightningModule):
         scheduler: Callable[..., Any] | None = None,
         scheduler_interval: str = "step",
         label_names: Sequence[str] = ("entailment", "neutral", "contradiction"),
+        metrics: Mapping[str, Callable[..., Metric]] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["net", "embedding", "optimizer", "scheduler",
-                                          "metadata"], logger=False)
+                                          "metrics", "metadata"], logger=False)
         self.net = net
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -68,19 +75,22 @@ class ClassifierModule(L.LightningModule):
         self.num_trainable = count_trainable_parameters(net, exclude=embedding)
         self.num_paper_convention = net.paper_parameter_count()
 
-        def accuracy() -> MulticlassAccuracy:
-            # Labels and logits come from our own pipeline: no per-update argument checks.
-            return MulticlassAccuracy(num_classes=num_classes, average="micro",
-                                      validate_args=False)
+        factories = {"acc": partial(MulticlassAccuracy, average="micro"), **(metrics or {})}
 
-        self.train_acc, self.val_acc, self.test_acc = accuracy(), accuracy(), accuracy()
+        def collection() -> MetricCollection:
+            # Labels and logits come from our own pipeline: no per-update argument checks.
+            return MetricCollection({name: make(num_classes=num_classes, validate_args=False)
+                                     for name, make in factories.items()}, compute_groups=False)
+
+        self.train_metrics, self.val_metrics, self.test_metrics = (collection(), collection(),
+                                                                   collection())
         self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
         self.val_acc_best = MaxMetric()
         self.val_acc_best.persistent(True)  # survives resuming from last.ckpt
         self.test_confusion = MulticlassConfusionMatrix(num_classes=num_classes)
         self.train_acc_at_best: float | None = None  # dropout-on running mean, see README
         # What the test loop is evaluating: "test", or "train" for the eval-mode training
-        # accuracy of the best checkpoint (logged as train/acc_eval, see ``eval_names``).
+        # accuracy of the best checkpoint (logged as train/acc_eval, see ``eval_name``).
         self.eval_split = "test"
 
     # --- forward -------------------------------------------------------------------------
@@ -108,38 +118,59 @@ class ClassifierModule(L.LightningModule):
         if reg is not None:
             loss = loss + reg
         self.train_loss(loss)
-        self.train_acc(logits, batch["label"])
+        self.train_metrics.update(logits, batch["label"])
         # ``self.log`` costs about a millisecond a call, as much as a small model's step, and
         # the logger writes every ``log_every_n_steps``-th step only (Lightning's rule: global
         # step + 1). Log on those steps and on each epoch's first batch (which registers the
         # metric objects; their epoch values come from every update above).
-        every = self._trainer.log_every_n_steps if self._trainer else 1
+        try:
+            every = self.trainer.log_every_n_steps
+        except RuntimeError:  # not attached to a Trainer (a step called on its own)
+            every = 1
         if batch_idx == 0 or (every and (self.global_step + 1) % every == 0):
             if reg is not None:
                 self.log("train/reg_loss", reg, on_step=True, on_epoch=False)
             if self.net.l2_penalties():  # applied by the optimiser (configure_optimizers)
                 self.log("train/l2_penalty", self.l2_penalty(), on_step=True, on_epoch=False)
             self.log("train/loss", self.train_loss, on_step=True, on_epoch=True, prog_bar=True)
-            self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
+            self._log_metrics("train", self.train_metrics)
         return loss
+
+    def _log_metrics(self, prefix: str, metrics: MetricCollection) -> None:
+        """Log each one-value metric as ``prefix/name`` (Lightning computes it over the epoch);
+        per-class metrics are logged at the epoch's end (``_log_per_class``)."""
+        for name, metric in metrics.items():
+            if not _per_class(metric):
+                self.log(f"{prefix}/{name}", metric, on_step=False, on_epoch=True,
+                         prog_bar=name == "acc")
+
+    def _log_per_class(self, prefix: str, metrics: MetricCollection) -> None:
+        for name, metric in metrics.items():
+            if _per_class(metric):
+                values = metric.compute()
+                for label, value in zip(self.label_names, values, strict=True):
+                    self.log(f"{prefix}/{name}/{label}", value)
+                metric.reset()
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
         self.val_loss(loss)
-        self.val_acc(logits, batch["label"])
+        self.val_metrics.update(logits, batch["label"])
         self.log("val/loss", self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
-        self.log("val/acc", self.val_acc, on_step=False, on_epoch=True, prog_bar=True)
+        self._log_metrics("val", self.val_metrics)
 
     def on_validation_epoch_end(self) -> None:
-        acc = self.val_acc.compute()
+        self._log_per_class("val", self.val_metrics)
+        acc = self.val_metrics["acc"].compute()
         if not self.trainer.sanity_checking:
             # The stored maximum (-inf before any update), restored on resume; update_count
             # is not, so it cannot tell a resumed run's first validation from a new best.
             previous = self.val_acc_best.max_value.clone()
             self.val_acc_best(acc)
-            if acc > previous and self.train_acc.update_count:
+            train_acc = self.train_metrics["acc"]
+            if acc > previous and train_acc.update_count:
                 # Validation runs at the end of the training epoch, so this is its accuracy.
-                self.train_acc_at_best = float(self.train_acc.compute())
+                self.train_acc_at_best = float(train_acc.compute())
         best = self.val_acc_best.compute() if self.val_acc_best.update_count else acc
         self.log("val/acc_best", best, sync_dist=True, prog_bar=True)
 
@@ -150,21 +181,31 @@ class ClassifierModule(L.LightningModule):
         return best if math.isfinite(best) else None
 
     @property
-    def eval_names(self) -> tuple[str, str]:
-        """Metric names of the test loop: ``test/loss``, ``test/acc``, or for the training split
-        in eval mode (no dropout, best weights) ``train/loss_eval``, ``train/acc_eval``."""
-        if self.eval_split == "test":
-            return "test/loss", "test/acc"
-        return f"{self.eval_split}/loss_eval", f"{self.eval_split}/acc_eval"
+    def eval_prefix(self) -> str:
+        """Where the test loop's metrics go: ``test/`` (``test/loss``, ``test/acc``, ...), or
+        for the training split in eval mode (no dropout, best weights) ``train/`` with an
+        ``_eval`` suffix (``train/acc_eval``): see ``eval_name``."""
+        return "test" if self.eval_split == "test" else self.eval_split
+
+    def eval_name(self, name: str) -> str:
+        """The logged name of test-loop metric ``name`` (``acc`` -> ``test/acc`` or
+        ``train/acc_eval``)."""
+        suffix = "" if self.eval_split == "test" else "_eval"
+        return f"{self.eval_prefix}/{name}{suffix}"
 
     def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
         self.test_loss(loss)
-        self.test_acc(logits, batch["label"])
+        self.test_metrics.update(logits, batch["label"])
         self.test_confusion(logits, batch["label"])
-        loss_name, acc_name = self.eval_names
-        self.log(loss_name, self.test_loss, on_step=False, on_epoch=True)
-        self.log(acc_name, self.test_acc, on_step=False, on_epoch=True)
+        self.log(self.eval_name("loss"), self.test_loss, on_step=False, on_epoch=True)
+        for name, metric in self.test_metrics.items():
+            if not _per_class(metric):
+                self.log(self.eval_name(name), metric, on_step=False, on_epoch=True)
+
+    def on_test_epoch_end(self) -> None:
+        if self.eval_split == "test":
+            self._log_per_class("test", self.test_metrics)
 
     def on_test_epoch_start(self) -> None:
         self.test_confusion.reset()
@@ -225,6 +266,11 @@ class ClassifierModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.train_acc_at_best = checkpoint.get(CHECKPOINT_KEY, {}).get("train_acc_at_best")
+
+
+def _per_class(metric: Metric) -> bool:
+    """A metric that returns one value per class (torchmetrics' ``average=None``/``"none"``)."""
+    return getattr(metric, "average", "micro") in (None, "none")
 
 
 def plain_data(value: Any, where: str = "value") -> Any:

@@ -12,9 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import hydra
 import lightning as L
-from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
@@ -22,28 +20,23 @@ from torch import nn
 
 from entailment_lab.callbacks import EpochSeed, ResultsRecorder
 from entailment_lab.checkpoints import checkpoint_metadata
-from entailment_lab.cli import CONFIG_DIR
-from entailment_lab.config import configured_max_epochs, instantiate
+from entailment_lab.config import (
+    budget_options,
+    budget_record,
+    check_config,
+    instantiate,
+    network_class,
+)
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.errors import ConfigError
-from entailment_lab.loggers import build_loggers, finish_wandb, resolve_wandb_group, wandb_group
+from entailment_lab.loggers import build_loggers, finish_wandb, resolve_wandb_group
 from entailment_lab.models.base import Network
 from entailment_lab.module import ClassifierModule
-from entailment_lab.results import (
-    ResultsFile,
-    RunInterruptedError,
-    clean_number,
-)
-from entailment_lab.stops import (
-    check_best_checkpoint,
-    checkpoints_stay_in,
-    interruption,
-    link_resumed_run,
-    sigterm_raises,
-    stop_signal,
-)
+from entailment_lab.results import ResultsFile, clean_number
+from entailment_lab.resume import check_best_checkpoint, checkpoints_stay_in, resume
+from entailment_lab.signals import RunInterruptedError, interruption, sigterm_raises, stop_signal
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +52,6 @@ def build_datamodule(data_cfg: DictConfig, vocab: Vocabulary | None = None) -> T
     return datamodule
 
 
-def network_class(net_cfg: DictConfig) -> type[Network]:
-    """The class named by ``model.net._target_``; it must follow the contract of ``Network``."""
-    try:
-        target = hydra.utils.get_class(net_cfg._target_)
-    except Exception as err:  # Hydra wraps import errors in its own types
-        raise ConfigError(f"model.net._target_: cannot import '{net_cfg._target_}' "
-                          f"({err})") from err
-    if not (isinstance(target, type) and issubclass(target, Network)):
-        raise ConfigError(f"model.net._target_: {net_cfg._target_} is not a subclass of "
-                          "entailment_lab.models.base.Network (README, 'Add a model')")
-    return target
-
-
 def build_net(net_cfg: DictConfig, embedding: nn.Embedding, num_classes: int,
               vocab: Vocabulary) -> Network:
     """The network from ``model.net``, given the context every model may need."""
@@ -84,16 +64,24 @@ def build_net(net_cfg: DictConfig, embedding: nn.Embedding, num_classes: int,
 def build_module(cfg: DictConfig, net: Network, embedding: nn.Embedding,
                  label_names: list[str], metadata: dict[str, Any]) -> ClassifierModule:
     """The LightningModule of a run config: its network, optimiser and schedule."""
-    scheduler_cfg = cfg.scheduler.get("scheduler")
+    schedule = OmegaConf.to_container(cfg.get("scheduler") or {}, resolve=True)
+    interval = schedule.pop("interval", "step")  # ours, not the scheduler's argument
     return ClassifierModule(
         net=net,
         embedding=embedding,
         optimizer=instantiate(cfg.optimizer, "optimizer"),
-        scheduler=instantiate(scheduler_cfg, "scheduler") if scheduler_cfg else None,
-        scheduler_interval=cfg.scheduler.get("interval", "step"),
+        scheduler=instantiate(schedule, "scheduler") if schedule.get("_target_") else None,
+        scheduler_interval=interval,
         label_names=label_names,
+        metrics=build_metrics(cfg.get("metrics") or {}),
         metadata=metadata,
     )
+
+
+def build_metrics(metrics_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``metrics`` group's torchmetrics classes, as partials taking ``num_classes``."""
+    return {str(name): instantiate(node, f"metrics.{name}", _partial_=True)
+            for name, node in metrics_cfg.items() if node is not None}
 
 
 def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[L.Callback]:
@@ -114,61 +102,41 @@ def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[L.Callback]:
     return callbacks
 
 
-def _inputs(cfg: DictConfig) -> str | None:
-    try:
-        return network_class(cfg.model.net).inputs
-    except ConfigError:  # reported by check_config, inside the results file's lifetime
-        return None
-
-
-def _budget_file_exists(choice: str | None) -> bool:
-    return bool(choice) and (Path(CONFIG_DIR) / "budget" / f"{choice}.yaml").is_file()
-
-
-def check_budget_override(overrides: list[str]) -> None:
-    """An explicit ``budget=NAME`` must name a file of ``conf/budget/``: the group is optional
-    (chosen by interpolation, conf/train.yaml), so Hydra skips a misspelt one without a word
-    and the run would train the recipe's epochs instead."""
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.lstrip("+") == "budget" and not _budget_file_exists(value):
-            known = sorted(str(p.relative_to(Path(CONFIG_DIR) / "budget").with_suffix(""))
-                           for p in (Path(CONFIG_DIR) / "budget").rglob("*.yaml"))
-            raise ConfigError(f"budget={value}: no file conf/budget/{value}.yaml; the budgets "
-                              f"are {', '.join(known)}. Leave budget out (the protocol picks "
-                              "its own), or drop it with ~budget to train the recipe's epochs")
-
-
 def _run_summary(cfg: DictConfig) -> dict[str, Any]:
     choices = {}
     try:
         from hydra.core.hydra_config import HydraConfig
 
         hc = HydraConfig.get()
-        choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
+        choices = {k: v for k, v in hc.runtime.choices.items()
+                   if not k.startswith("hydra") and v is not None}
         # `budget` is an optional choice made by interpolation (${experiment}/${recipe}, in
-        # conf/train.yaml): name it only where such a file exists and was merged
-        if not _budget_file_exists(choices.get("budget")):
+        # conf/train.yaml): name it only where such a budget exists and was merged
+        if choices.get("budget") not in budget_options():
             choices.pop("budget", None)
         overrides = list(hc.overrides.task)
     except ValueError:  # no Hydra run (a test, a notebook)
         overrides = []
+    try:
+        inputs = network_class(cfg.model.net).inputs if "model" in cfg else None
+    except ConfigError:  # reported by check_config, inside the results file's lifetime
+        inputs = None
     return {
         "task": cfg.task_name,
         "model": cfg.model.name if "model" in cfg else None,
-        # what the model reads, "pair" or "sentence": the report's table layout
-        "inputs": _inputs(cfg) if "model" in cfg else None,
+        "inputs": inputs,  # what the model reads, "pair" or "sentence": the report's layout
         "dim": cfg.get("dim"),
         "seed": cfg.get("seed"),
         "data": cfg.data.get("name") if "data" in cfg else None,
         "tags": list(cfg.get("tags") or []),
         "choices": choices,
         "overrides": overrides,
-        # the epochs this run was given and the budget its config sets without a command-line
-        # trainer.max_epochs: the report marks a run given fewer as a reduced budget
-        "budget": {"max_epochs": cfg.trainer.get("max_epochs") if "trainer" in cfg else None,
-                   "configured_max_epochs": configured_max_epochs(cfg, overrides)
-                   if "trainer" in cfg else None},
+        # the epochs this run was given and its config's budget (config.budget_record): the
+        # report marks a run given fewer as a reduced budget
+        "budget": budget_record(cfg),
+        # the early-stopping patience the run trained under (None: its whole budget)
+        "early_stopping": ((cfg.get("callbacks") or {}).get("early_stopping") or {}).get(
+            "patience"),
     }
 
 
@@ -209,55 +177,14 @@ def _with_results(task: Callable[[DictConfig, ResultsFile], dict[str, Any]], cfg
     return metrics
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Fail before any data is read: required (``???``) values, the trainer's precision
-    (``check_precision``), an explicit ``budget=`` (``check_budget_override``), then the
-    model's own checks of its ``model.net`` values (``Network.check_config``; e.g. ``dim`` for
-    DIN)."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise ConfigError(
-            f"required config value(s) not set: {', '.join(missing)}; give them on the command "
-            f"line, e.g. {missing[0]}=..."
-        )
-    if "trainer" in cfg:
-        check_precision(cfg.trainer)
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        check_budget_override(list(HydraConfig.get().overrides.task))
-    if "model" in cfg:  # the model's own cheap checks, e.g. DIN's perfect-square dim
-        network_class(cfg.model.net).check_config(OmegaConf.to_container(cfg.model.net,
-                                                                         resolve=True))
-
-
-def check_precision(trainer_cfg: Mapping[str, Any]) -> None:
-    """Refuse ``precision=16-mixed`` (or ``16``) on a CPU: Lightning only warns there and trains
-    in ``bf16-mixed`` instead (float16 autocast is for GPUs), so the run would record one
-    precision and train in another. The accelerator is resolved as Lightning's ``auto`` does
-    (a GPU if one is there)."""
-    if str(trainer_cfg.get("precision")) not in ("16", "16-mixed"):
-        return
-    accelerator = str(trainer_cfg.get("accelerator", "auto"))
-    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not CUDAAccelerator.is_available()
-                                      and not MPSAccelerator.is_available())
-    if on_cpu:
-        raise ConfigError(
-            f"trainer.precision={trainer_cfg.get('precision')} (float16 mixed precision) needs a "
-            "GPU; on CPU Lightning would only warn and train in bf16-mixed instead. Use "
-            "trainer.precision=bf16-mixed on CPU, or trainer=gpu on a GPU machine")
-
-
 def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
-    vocab, resume_id, origin = None, None, None
-    if cfg.get("ckpt_path"):
-        _, meta = checkpoint_metadata(cfg.ckpt_path)
-        vocab, resume_id = Vocabulary(meta["vocab"]), meta.get("wandb_run_id")
-        origin = link_resumed_run(cfg, results)
-        resolve_wandb_group(cfg, wandb_group(meta["config"]))  # the same run, the same group
+    resumed = resume(cfg, results)
+    if resumed is not None:
+        resolve_wandb_group(cfg, resumed.wandb_group)  # the same run, the same group
     resolve_wandb_group(cfg)  # before the config is recorded
+    vocab = resumed.vocab if resumed else None
     datamodule = build_datamodule(cfg.data, vocab)
     embedding = instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
     net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
@@ -267,11 +194,11 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
         "config": config})
     results.update(data_stats=datamodule.stats, embedding_stats=getattr(embedding, "stats", {}))
 
-    loggers = build_loggers(cfg, resume_id)
+    loggers = build_loggers(cfg, resumed.wandb_run_id if resumed else None)
     recorder = ResultsRecorder(results, config)
     callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), recorder, EpochSeed(cfg.seed)]
-    if origin is not None:
-        checkpoints_stay_in(origin, Path(cfg.paths.output_dir), callbacks)
+    if resumed is not None and resumed.origin is not None:
+        checkpoints_stay_in(resumed.origin, Path(cfg.paths.output_dir), callbacks)
     trainer: L.Trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks,
                                       logger=loggers or False)
     try:

@@ -1,6 +1,7 @@
 """Predictions for your own pairs (``src/predict.py``): a file of pairs, or one pair.
 
-Rows are read lazily from a JSON Lines, CSV or TSV file (optionally gzipped), tokenised and
+Rows are read lazily (``data.sources.read_rows``, the platform's one local-file reader: JSON
+Lines, CSV, TSV, optionally gzipped, or Parquet), tokenised and
 indexed exactly as in training (the run's ``data.lowercase``, ``<unk>`` for unknown words,
 truncation at ``data.max_length``, an empty sentence as one ``<unk>``: the DataModule's own
 ``tokenize_batch`` / ``index_batch``), predicted ``batch_size`` rows at a time, and written in
@@ -12,7 +13,6 @@ output. A bad line stops the run with one line that names it.
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import logging
 import os
@@ -26,90 +26,32 @@ from typing import IO, Any
 import torch
 from omegaconf import DictConfig
 
+from entailment_lab.config import check_config
 from entailment_lab.data.batching import pad_ids
 from entailment_lab.data.datamodule import index_batch, tokenize_batch
+from entailment_lab.data.sources import Row, file_format, open_text, read_rows
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.module import ClassifierModule
-from entailment_lab.pipeline import check_config, load_trained
+from entailment_lab.pipeline import load_trained
 
 log = logging.getLogger(__name__)
 
 PREDICTION, PROBABILITIES = "prediction", "probabilities"
-_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}
 _DELIMITERS = {"csv": ",", "tsv": "\t"}
 
-Row = tuple[int, dict[str, Any]]  # (line number, the row's fields)
-
-
 # --- files ---------------------------------------------------------------------------------
-def file_format(path: str | os.PathLike, what: str) -> str:
-    """``jsonl``, ``csv`` or ``tsv`` from the file name (``.gz`` allowed after it)."""
-    name = Path(path).name.lower().removesuffix(".gz")
-    for suffix, fmt in _SUFFIXES.items():
-        if name.endswith(suffix):
-            return fmt
-    raise ConfigError(f"{what}: '{path}' is not a .jsonl, .csv or .tsv file (optionally .gz)")
+# Rows are read by the one local-file reader (``data.sources``: ``file_format``, ``read_rows``).
+_WRITABLE = ("jsonl", "csv", "tsv")
 
 
-def _open_text(path: Path, mode: str, gz: bool) -> IO[str]:
-    encoding = "utf-8-sig" if mode == "r" else "utf-8"  # a spreadsheet's byte-order mark
-    if gz:
-        return gzip.open(path, f"{mode}t", encoding=encoding, newline="")
-    return path.open(mode, encoding=encoding, newline="")
-
-
-def read_rows(path: str | os.PathLike) -> Iterator[Row]:
-    """The rows of a JSON Lines / CSV / TSV file, one at a time, with their line numbers.
-
-    Blank lines are skipped; a malformed line raises a ``DataError`` naming the file and line.
-    """
-    path = Path(path).expanduser()
-    fmt = file_format(path, "input")
-    lineno = 0
-    try:
-        with _open_text(path, "r", path.name.lower().endswith(".gz")) as f:
-            if fmt == "jsonl":
-                for lineno, line in enumerate(f, start=1):
-                    if line.strip():
-                        yield lineno, _json_object(line, path, lineno)
-            else:
-                yield from _csv_rows(csv.reader(f, delimiter=_DELIMITERS[fmt]), path)
-    except (UnicodeDecodeError, OSError, EOFError) as err:
-        raise DataError(f"{path}: cannot be read after line {lineno} ({err})") from None
-
-
-def _json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{path} line {lineno}: not valid JSON ({err.msg} at column "
-                        f"{err.colno})") from None
-    if not isinstance(row, dict):
-        raise DataError(f"{path} line {lineno}: expected a JSON object, found "
-                        f"{type(row).__name__}")
-    return row
-
-
-def _csv_rows(reader: Iterator[list[str]], path: Path) -> Iterator[Row]:
-    """Rows of a CSV/TSV reader whose first row is the header."""
-    try:
-        header = next(reader, None)
-        if header is None:
-            return
-        if len(set(header)) != len(header):
-            raise DataError(f"{path} line 1: the header names a column twice ({header})")
-        start = reader.line_num + 1
-        for values in reader:
-            lineno, start = start, reader.line_num + 1  # a quoted value may span lines
-            if not values:
-                continue
-            if len(values) != len(header):
-                raise DataError(f"{path} line {lineno}: {len(values)} values for "
-                                f"{len(header)} columns ({', '.join(header)})")
-            yield lineno, dict(zip(header, values, strict=True))
-    except csv.Error as err:
-        raise DataError(f"{path} line {reader.line_num}: not valid CSV ({err})") from None
+def output_format(path: str | os.PathLike) -> str:
+    """``jsonl``, ``csv`` or ``tsv``: what ``RowWriter`` writes for ``path``'s name."""
+    fmt = file_format(path, "output").name
+    if fmt not in _WRITABLE:
+        raise ConfigError(f"output: '{path}' is a .{fmt} file; predictions are written as "
+                          ".jsonl, .csv or .tsv (optionally .gz)")
+    return fmt
 
 
 @contextmanager
@@ -118,7 +60,7 @@ def atomic_output(path: Path) -> Iterator[IO[str]]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with _open_text(tmp, "w", path.name.lower().endswith(".gz")) as f:
+        with open_text(tmp, "w") as f:
             yield f
         tmp.replace(path)
     finally:
@@ -181,7 +123,7 @@ class Predictor:
         self.keys = ["premise", "hypothesis"] if module.net.inputs == "pair" else ["sentence"]
         self.stoi = Vocabulary(module.metadata["vocab"]).stoi
         self.lowercase = bool(run_cfg.data.get("lowercase", True))
-        self.max_length = int(run_cfg.data.get("max_length", 100))
+        self.max_length = int(run_cfg.data.max_length)  # the run's own: every data config has it
         self.label_names = list(module.label_names)
         self.counts: Counter[str] = Counter()  # truncated / empty sentences, per key
 
@@ -239,7 +181,7 @@ def predict_file(predictor: Predictor, input_path: str | os.PathLike,
     source, output = Path(input_path).expanduser(), Path(output_path).expanduser()
     counts: Counter[str] = Counter()
     with atomic_output(output) as f:
-        writer = RowWriter(f, file_format(output, "output"), predictor.label_names)
+        writer = RowWriter(f, output_format(output), predictor.label_names)
         for chunk in _batches(read_rows(source), batch_size):
             texts = [{key: _text(row, key, columns[key], f"{source} line {lineno}")
                       for key in predictor.keys} for lineno, row in chunk]
@@ -290,14 +232,15 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     output = cfg.get("output")
     if cfg.get("input"):
         source = Path(cfg.input).expanduser()
-        fmt = file_format(source, "input")
+        fmt = file_format(source, "input").name
         if not source.is_file():
             raise DataError(f"input: no such file '{source}'")
+        fmt = fmt if fmt in _WRITABLE else "jsonl"  # predictions of a .parquet file: JSON Lines
         output = Path(output or Path(cfg.paths.output_dir) / f"predictions.{fmt}").expanduser()
         if output.resolve() == source.resolve():
             raise ConfigError("output: the same file as input; write the predictions elsewhere")
     if output:
-        file_format(output, "output")
+        output_format(output)
     device = _device(str(cfg.get("device", "cpu")))
 
     module, _, run_cfg = load_trained(cfg.ckpt_path)
@@ -320,7 +263,7 @@ def _predict_one(predictor: Predictor, given: dict[str, str], output: Path | Non
     probs = predictor.probabilities([given])[0]
     if output:
         with atomic_output(output) as f:
-            RowWriter(f, file_format(output, "output"), predictor.label_names).write(
+            RowWriter(f, output_format(output), predictor.label_names).write(
                 given, probs, "the pair")
     predictor.report()
     result = {**given, **prediction(probs, predictor.label_names)}

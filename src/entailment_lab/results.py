@@ -3,8 +3,8 @@
 Written atomically at the start (``status: running``) and at the end (``completed``,
 ``failed`` with the error, or ``interrupted`` with the command that resumes it), so a reader
 (``report.py``) can tell finished, crashed, stopped and still-running jobs apart and never sees
-half a file. A run resumed in another folder links both ways: ``resumed_from`` in the new
-file, ``resumed_by`` in the old one.
+half a file. (A run resumed in another folder links both ways, ``resumed_from`` in the new
+file and ``resumed_by`` in the old one: ``resume.py``.)
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def code_version(source: str | Path = Path(__file__).parent) -> dict[str, Any]:
             "python": platform.python_version(), "torch": torch.__version__}
 
 
-def _rank_zero() -> bool:
+def is_rank_zero() -> bool:
     """Whether this process is DDP rank 0 (imported here, not at module import: the report
     reads results files without loading torch and Lightning)."""
     from lightning.pytorch.utilities import rank_zero_only
@@ -85,20 +85,6 @@ def clean_number(value: Any) -> float | None:
         return None
     value = float(value.item() if hasattr(value, "item") else value)
     return None if math.isnan(value) or math.isinf(value) else value
-
-
-class RunInterruptedError(Exception):
-    """A run stopped by a signal (SIGTERM, Ctrl+C); the message says where and how to resume.
-
-    ``resume`` is the command that continues it (``None`` without a checkpoint to resume
-    from); ``exit_code`` is the shell's for the signal (143 for SIGTERM, 130 for Ctrl+C).
-    """
-
-    def __init__(self, reason: str, resume: str | None, exit_code: int) -> None:
-        super().__init__(f"{reason}; resume with: {resume}" if resume else reason)
-        self.reason = reason
-        self.resume = resume
-        self.exit_code = exit_code
 
 
 class ResultsFile:
@@ -121,37 +107,20 @@ class ResultsFile:
 
     def save(self) -> None:
         """Write the file (rank 0 only: in DDP every rank runs the job, one file results)."""
-        if not _rank_zero():
+        if not is_rank_zero():
             return
         self.data["wall_time_s"] = round(time.time() - self.started, 2)
         write_json_atomic(self.path, self.data)
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
         self.data["status"] = status
+        from entailment_lab.signals import RunInterruptedError  # here: no Lightning for readers
+
         if isinstance(error, RunInterruptedError):
             self.data.update(error=error.reason, resume=error.resume)
         elif error is not None:
             self.data["error"] = f"{type(error).__name__}: {error}"
         self.save()
-
-
-def run_folder(ckpt_path: str | Path) -> Path:
-    """The job folder a checkpoint belongs to (``<job>/checkpoints/NAME.ckpt`` -> ``<job>``)."""
-    folder = Path(ckpt_path).expanduser().resolve().parent
-    return folder.parent if folder.name == "checkpoints" else folder
-
-
-def add_resumed_by(folder: Path, resumed_by: str | Path) -> None:
-    """Record in ``folder``'s results file that the job in ``resumed_by`` continues it."""
-    path = folder / RESULTS_FILE
-    if not _rank_zero() or not path.is_file():
-        return
-    data = read_results(path)
-    if "schema" not in data:  # unreadable: leave it as it is
-        return
-    links = [*data.get("resumed_by", []), str(resumed_by)]
-    data["resumed_by"] = list(dict.fromkeys(links))
-    write_json_atomic(path, data)
 
 
 def read_results(path: str | Path) -> dict[str, Any]:

@@ -36,9 +36,11 @@ NO_GOLD = "-"  # SNLI's / MultiNLI's gold_label when the annotators did not agre
 
 
 @dataclass(frozen=True)
-class _Format:
-    """How one kind of local file is read: a ``datasets`` builder and its options."""
+class FileFormat:
+    """One kind of local file: its name, the ``datasets`` builder that loads a whole split, and
+    the options both readers (``load_local_split`` and the streaming ``read_rows``) share."""
 
+    name: str  # jsonl, parquet, tsv, csv
     builder: str
     delimiter: str | None = None  # delimited text: the first line is a header row
     options: dict[str, Any] = field(default_factory=dict)
@@ -46,26 +48,33 @@ class _Format:
 
 # Tab-separated files as Stanford distributes them are not CSV-quoted ('"Hello" said ...'), so
 # quotes are text; empty cells stay empty strings ("n/a" and "NA" are text, not missing).
-_TSV = _Format("csv", "\t", {"quoting": csv.QUOTE_NONE, "na_filter": False})
+_TSV = FileFormat("tsv", "csv", "\t", {"quoting": csv.QUOTE_NONE, "na_filter": False})
 _FORMATS = {
-    ".jsonl": _Format("json"), ".json": _Format("json"), ".parquet": _Format("parquet"),
-    ".txt": _TSV, ".tsv": _TSV, ".csv": _Format("csv", ",", {"na_filter": False}),
+    ".jsonl": FileFormat("jsonl", "json"), ".json": FileFormat("jsonl", "json"),
+    ".parquet": FileFormat("parquet", "parquet"), ".txt": _TSV, ".tsv": _TSV,
+    ".csv": FileFormat("csv", "csv", ",", {"na_filter": False}),
 }
 _SUPPORTED = ".jsonl, .txt / .tsv (tab-separated, header row), .csv (each also .gz) or .parquet"
 
 
-def _format_of(path: Path) -> _Format:
+def file_format(path: str | os.PathLike, what: str = "") -> FileFormat:
+    """The format of a local file from its name (``.gz`` allowed after a text suffix); a
+    ``DataError`` (naming ``what``, e.g. ``input``) for any other name."""
+    path = Path(path)
     name = path.name.lower().removesuffix(".gz")
     fmt = _FORMATS.get(Path(name).suffix)
     if fmt is None or (fmt.builder == "parquet" and path.name.lower().endswith(".gz")):
-        raise DataError(f"{path}: unsupported file type; use {_SUPPORTED} files")
+        where = f"{what}: '{path}'" if what else str(path)
+        raise DataError(f"{where}: unsupported file type; use {_SUPPORTED} files")
     return fmt
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
+def open_text(path: Path, mode: str = "r") -> IO[str]:
+    """A local text file, gzip-compressed if named ``.gz``; a byte-order mark is skipped."""
+    encoding = "utf-8-sig" if mode == "r" else "utf-8"  # a spreadsheet's byte-order mark
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, f"{mode}t", encoding=encoding, newline="")
+    return path.open(mode, encoding=encoding, newline="")
 
 
 def _unreadable(path: Path, err: Exception) -> str:
@@ -83,7 +92,7 @@ def _unreadable(path: Path, err: Exception) -> str:
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based line number, line) of every line that the loaders do not skip as blank."""
-    with _open_text(path) as f:
+    with open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
             if line.strip():
                 yield lineno, line
@@ -157,7 +166,7 @@ def _find_bad_json_line(file: Path) -> str | None:
     return None
 
 
-def _explain_load_error(file: Path, fmt: _Format, err: BaseException) -> str:
+def _explain_load_error(file: Path, fmt: FileFormat, err: BaseException) -> str:
     """What went wrong while a builder read ``file``, as 'line N: why; fix' where possible."""
     if fmt.builder == "json":
         found = _find_bad_json_line(file)
@@ -186,7 +195,7 @@ def load_local_split(path: str | os.PathLike, split: str, cache_dir: str | None 
     file = Path(path).expanduser()
     if not file.is_file():
         raise DataError(f"data.files.{split}: no such file '{file}'")
-    fmt = _format_of(file)
+    fmt = file_format(file)
     head = [file.name] * bool(file.stat().st_size) if fmt.builder == "parquet" else _head(file)
     one_per_line = f"data.files.{split} must name a file with one example per line"
     if not head:
@@ -206,6 +215,72 @@ def load_local_split(path: str | os.PathLike, split: str, cache_dir: str | None 
     if len(ds) == 0:
         raise DataError(f"{file}: no rows; {one_per_line}")
     return ds
+
+
+Row = tuple[int, dict[str, Any]]  # (line number, the row's fields)
+
+
+def read_rows(path: str | os.PathLike) -> Iterator[Row]:
+    """The rows of a local file, one at a time, with their line numbers: the streaming reader
+    (``predict.py`` reads files of any size through it); ``load_local_split`` loads a whole
+    split through ``datasets``. Both take the formats of ``file_format``.
+
+    Blank lines are skipped; a malformed line raises a ``DataError`` naming the file and line.
+    """
+    path = Path(path).expanduser()
+    fmt = file_format(path, "input")
+    if fmt.builder == "parquet":
+        import pyarrow.parquet as pq
+
+        for lineno, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+            yield lineno, row
+        return
+    lineno = 0
+    try:
+        with open_text(path) as f:
+            if fmt.delimiter is None:
+                for lineno, line in enumerate(f, start=1):
+                    if line.strip():
+                        yield lineno, _json_object(line, path, lineno)
+            else:
+                quoting = fmt.options.get("quoting", csv.QUOTE_MINIMAL)
+                yield from _delimited_rows(csv.reader(f, delimiter=fmt.delimiter,
+                                                      quoting=quoting), path)
+    except (UnicodeDecodeError, OSError, EOFError) as err:
+        raise DataError(f"{path}: cannot be read after line {lineno} ({err})") from None
+
+
+def _json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path} line {lineno}: not valid JSON ({err.msg} at column "
+                        f"{err.colno})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{path} line {lineno}: expected a JSON object, found "
+                        f"{type(row).__name__}")
+    return row
+
+
+def _delimited_rows(reader: Iterator[list[str]], path: Path) -> Iterator[Row]:
+    """Rows of a CSV/TSV reader whose first row is the header."""
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        if len(set(header)) != len(header):
+            raise DataError(f"{path} line 1: the header names a column twice ({header})")
+        start = reader.line_num + 1
+        for values in reader:
+            lineno, start = start, reader.line_num + 1  # a quoted value may span lines
+            if not values:
+                continue
+            if len(values) != len(header):
+                raise DataError(f"{path} line {lineno}: {len(values)} values for "
+                                f"{len(header)} columns ({', '.join(header)})")
+            yield lineno, dict(zip(header, values, strict=True))
+    except csv.Error as err:
+        raise DataError(f"{path} line {reader.line_num}: not valid CSV ({err})") from None
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -365,7 +440,7 @@ def prepare_split(
     """
     where = source or f"split '{split}'"
     columns = resolve_columns(ds.column_names, candidates, where)
-    fmt = _format_of(Path(source)) if source else None
+    fmt = file_format(Path(source)) if source else None
     lookup = label_lookup(label_names, drop_labels)
     valid_ids = sorted(set(range(len(label_names))) | set(drop_labels))
     accepted = (f"use the ids 0 to {len(label_names) - 1} or the names {', '.join(label_names)} "

@@ -98,11 +98,6 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
 
 
-def masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Max of ``x`` (batch, length, features) over real positions only."""
-    return x.masked_fill(~mask.unsqueeze(-1), masked_fill_value(x.dtype)).max(dim=1).values
-
-
 def last_true_index(mask: torch.Tensor) -> torch.Tensor:
     """Index of each row's last real position: (batch,) for a (batch, length) mask."""
     return mask.long().sum(dim=1).clamp_min(1) - 1

@@ -620,7 +620,9 @@ class DIIN(Network):
 
         The official code counts only ``weights``/``biases``/``kernel``/``bias`` variables, so
         neither the word vectors nor the character embedding table; this makes the count
-        independent of the vocabulary's alphabet.
+        independent of the vocabulary's alphabet. Its printout also skips the character
+        convolution's kernel (named ``filter``; counted here) and counts its layout's redundant
+        biases (docs/models/diin.md, "Parameter count").
         """
         char_table = self.char_features.embedding.weight
         return count_trainable_parameters(self, exclude=self.embedding) - (

@@ -4,7 +4,9 @@ A GRU encodes the premise; every word of both sentences becomes an m×m matrix (
 for each hypothesis word a matrix RNN reads the premise (interaction, Eq. 8), and its output
 generates the weights of a GRU over the hypothesis (control: DIN-1 Eq. 9-16, DIN-2 Eq. 17-19;
 Table 2 row 18 feeds it to an ordinary GRU instead); mean pooling, FC and softmax follow
-(Eq. 20-22). Equation numbers are the paper's. The paper's ambiguities and the knob that selects
+(Eq. 20-22). Equation numbers are the paper's. The encoder (and row 18's GRU) is PyTorch's
+``nn.GRU`` by default, whose candidate departs from Eq. 5; ``encoder_gru="paper"`` selects Eq. 3-6
+as printed (``PaperGRU``). The paper's ambiguities and the knob that selects
 each reading (the defaults reproduce Table 2's parameter counts), the analysis maps of Fig. 2
 and 3, and the speed measurements: ``docs/models/din.md``.
 """
@@ -40,6 +42,7 @@ CHOICES = {  # the reading knobs and their allowed values (docs/models/din.md), 
     "static_input": ("word", "hypothesis_matrix"),
     "interaction_init": ("zeros", "hypothesis"),
     "fc_activation": ("tanh", "relu", "none"),
+    "encoder_gru": ("torch", "paper"),
 }
 
 
@@ -247,6 +250,68 @@ def time_major_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, lis
     return b_idx, t_idx, running
 
 
+class PaperGRU(nn.Module):
+    """Eq. 3-6 as printed (the GRU of Cho et al., 2014): the reset gate acts before the product.
+
+    ``z = σ(W_z·[h_{t-1}, x_t] + b_z)``, ``r = σ(W_r·[h_{t-1}, x_t] + b_r)``, ``h̃ = tanh(W_h·[r ⊙
+    h_{t-1}, x_t] + b_h)``, ``h_t = (1 − z) ⊙ h_{t-1} + z ⊙ h̃``, one bias per gate (``nn.GRU``
+    has two and puts r after ``W_hn h``). Each ``W_g`` is stored as its x columns (``weight_x``)
+    and its h columns (``weight_h``), gates stacked in the order (z, r, h). Called like a
+    batch-first ``nn.GRU``; with a mask, only the real positions are computed.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        d = self.hidden_size = hidden_size
+        self.weight_x = nn.Parameter(torch.empty(3 * d, input_size))  # [W_z; W_r; W_h], x part
+        self.weight_h = nn.Parameter(torch.empty(3 * d, d))  # the h part
+        self.bias = nn.Parameter(torch.empty(3 * d))  # [b_z; b_r; b_h]
+        for p in self.parameters():
+            _uniform_(p, d)  # as nn.GRU
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (batch, len, in), bool mask (batch, len) or None (all real) -> h_t (batch, len, d),
+        0 at padded positions, and each row's last real h_t (1, batch, d)."""
+        if mask is None:
+            mask = x.new_ones(x.shape[:2], dtype=torch.bool)
+        d = self.hidden_size
+        b_idx, t_idx, running = time_major_rows(mask)  # the real steps, longest rows first
+        x_rows = x[b_idx, t_idx]  # (N, in)
+        # The x_t parts of Eq. 4-6 for every step at once; (z, r) and h as separate products,
+        # so each is contiguous: (N, 2d) and (N, d)
+        pre_zr = F.linear(x_rows, self.weight_x[: 2 * d], self.bias[: 2 * d])
+        pre_h = F.linear(x_rows, self.weight_x[2 * d:], self.bias[2 * d:])
+        Wh_zr_T, Wh_h_T = self.weight_h[: 2 * d].T, self.weight_h[2 * d:].T  # (d, 2d), (d, d)
+        h = pre_zr.new_zeros(running[0], d)  # h_0 = 0, in the dtype of the gates (autocast)
+        outputs = []
+        for pre_zr_t, pre_h_t in zip(pre_zr.split(running), pre_h.split(running), strict=True):
+            h = h[: len(pre_zr_t)]  # rows past their sequence's end drop out
+            z, r = torch.sigmoid(torch.addmm(pre_zr_t, h, Wh_zr_T)).chunk(2, dim=1)  # Eq. 4, 6
+            h_tilde = torch.tanh(torch.addmm(pre_h_t, r * h, Wh_h_T))  # Eq. 5: r before W_h
+            h = torch.lerp(h, h_tilde, z)  # Eq. 3: (1 - z) ⊙ h + z ⊙ h̃
+            outputs.append(h)
+        out = scatter_rows(torch.cat(outputs), mask, (b_idx, t_idx))  # (batch, len, d)
+        last = out[torch.arange(len(out), device=out.device), mask.sum(dim=1) - 1]
+        return out, last[None]
+
+    def gates(self, x: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:
+        """The activations (z, r, h̃) of Eq. 4-6: x (..., in), h_{t-1} (..., d) -> (..., 3, d)."""
+        d = self.hidden_size
+        z, r = torch.sigmoid(F.linear(x, self.weight_x[: 2 * d], self.bias[: 2 * d])
+                             + F.linear(h_prev, self.weight_h[: 2 * d])).chunk(2, dim=-1)
+        h_tilde = torch.tanh(F.linear(x, self.weight_x[2 * d:], self.bias[2 * d:])
+                             + F.linear(r * h_prev, self.weight_h[2 * d:]))
+        return torch.stack([z, r, h_tilde], dim=-2)
+
+
+def make_gru(input_size: int, hidden_size: int, form: str) -> nn.GRU | PaperGRU:
+    """A GRU with static weights (the encoder, row 18's control): ``form`` "torch" or "paper"."""
+    if form == "paper":
+        return PaperGRU(input_size, hidden_size)
+    return nn.GRU(input_size, hidden_size, batch_first=True)
+
+
 class MatrixControlGRU(nn.Module):
     """DIN-1 control layer (Eq. 9-16): a GRU with an m×m matrix state and generated weights.
 
@@ -421,11 +486,14 @@ class VectorControlGRU(nn.Module):
 
 
 class StaticControlGRU(nn.Module):
-    """Table 2 row 18: no generated weights; an ordinary GRU reads ``[input_t; V^t]``."""
+    """Table 2 row 18: no generated weights; an ordinary GRU reads ``[input_t; V^t]``.
 
-    def __init__(self, d: int, input_size: int) -> None:
+    ``form``: "torch" (``nn.GRU``) or "paper" (``PaperGRU``, Eq. 3-6 as printed), as the encoder.
+    """
+
+    def __init__(self, d: int, input_size: int, form: str = "torch") -> None:
         super().__init__()
-        self.gru = nn.GRU(input_size + d, d, batch_first=True)
+        self.gru = make_gru(input_size + d, d, form)
 
     def forward(
         self,
@@ -438,13 +506,19 @@ class StaticControlGRU(nn.Module):
         inputs = torch.cat([x, W_out.flatten(2)], dim=-1)  # [x_t; V^t]: (batch, len_h, d_x + d)
         # h_0 = 0; packed, unlike the encoder: batches are bucketed by premise length, so
         # hypothesis padding is large (about half the positions) and a packed run skips it
-        h = run_packed(self.gru, inputs, hypothesis_mask)
+        g = self.gru
+        if isinstance(g, PaperGRU):
+            h = g(inputs, hypothesis_mask)[0]  # real positions only, 0 at padding
+        else:
+            h = run_packed(g, inputs, hypothesis_mask)
         if not return_change:
             return h, None
-        # Recompute the gate activations from the outputs (PyTorch's GRU: r, z, n order).
-        g = self.gru
+        # Recompute the gate activations from the outputs, in the order (z, r, candidate).
         h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
-        gates = self._gates(
+        if isinstance(g, PaperGRU):
+            resting = g.gates(inputs.new_zeros(inputs.shape[-1]), h.new_zeros(h.shape[-1]))
+            return h, _step_change(g.gates(inputs, h_prev), resting)  # zero input, zero state
+        gates = self._gates(  # PyTorch's GRU: r, z, n order
             F.linear(inputs, g.weight_ih_l0, g.bias_ih_l0),
             F.linear(h_prev, g.weight_hh_l0, g.bias_hh_l0),
         )
@@ -509,12 +583,14 @@ class DIN(Network):
         static_input: str = "word",
         interaction_init: str = "zeros",
         fc_activation: str = "tanh",
+        encoder_gru: str = "torch",
     ) -> None:
         super().__init__()
         self.validate_config(
             dim=dim, variant=variant, din1_weights=din1_weights, din2_weights=din2_weights,
             din2_input=din2_input, static_input=static_input,
             interaction_init=interaction_init, fc_activation=fc_activation,
+            encoder_gru=encoder_gru,
         )
         m = math.isqrt(dim)
         d_emb = embedding.embedding_dim
@@ -533,7 +609,8 @@ class DIN(Network):
 
         self.embedding = embedding  # fixed GloVe; built and frozen by the backbone
         self.dropout = Dropout(dropout)
-        self.encoder = nn.GRU(d_emb, dim, batch_first=True)  # Eq. 3-6
+        # Eq. 3-6: nn.GRU ("torch", the reset gate after W_hn h) or as printed ("paper")
+        self.encoder = make_gru(d_emb, dim, encoder_gru)
         self.transform_p = Transformation(dim, m)  # Eq. 7, c = h'_τ
         self.transform_h = Transformation(d_emb, m)  # Eq. 7, c = x_t
         self.interaction = Interaction(m, interaction_init)  # Eq. 8
@@ -545,7 +622,9 @@ class DIN(Network):
                 dim, d_emb if din2_input == "word" else dim, din2_weights
             )
         else:
-            self.control = StaticControlGRU(dim, d_emb if static_input == "word" else dim)
+            self.control = StaticControlGRU(
+                dim, d_emb if static_input == "word" else dim, encoder_gru
+            )
         self.fc = nn.Linear(dim, dim)  # Eq. 21
         self.fc_activation = {"tanh": nn.Tanh(), "relu": nn.ReLU(), "none": nn.Identity()}[
             fc_activation
@@ -566,10 +645,7 @@ class DIN(Network):
         # and their outputs there do not depend on it.
         x_p = self.dropout(self.embedding(premise))  # x'_τ: (batch, len_p, d_emb)
         x_h = self.embedding(hypothesis)  # x_t: (batch, len_h, d_emb)
-        # Eq. 3-6, h'_τ: (batch, len_p, d). Unpacked: the GRU runs forward and padding comes
-        # last, so real positions equal a packed run's (and the backward skips the packed
-        # sequence's zero-filled gradients); padded positions are never read.
-        h_p, _ = self.encoder(x_p)
+        h_p = self.encode(x_p, premise_mask)  # Eq. 3-6, h'_τ: (batch, len_p, d)
         W_p, W_h = self.transform(h_p, x_h, hypothesis_mask)  # Eq. 7
         h, norms, change = self.interact_and_control(
             W_p, premise_mask, W_h, x_h, hypothesis_mask, return_details
@@ -585,6 +661,18 @@ class DIN(Network):
             result["premise_mask"] = premise_mask
             result["hypothesis_mask"] = hypothesis_mask
         return result
+
+    def encode(self, x_p: torch.Tensor, premise_mask: torch.Tensor) -> torch.Tensor:
+        """Eq. 3-6: x'_τ (batch, len_p, d_emb) -> h'_τ (batch, len_p, d); padded positions are
+        never read.
+
+        ``nn.GRU`` runs unpacked: it runs forward and padding comes last, so real positions
+        equal a packed run's (and the backward skips the packed sequence's zero-filled
+        gradients). ``PaperGRU`` steps through the real positions only.
+        """
+        if isinstance(self.encoder, PaperGRU):
+            return self.encoder(x_p, premise_mask)[0]
+        return self.encoder(x_p)[0]
 
     def transform(self, h_p: torch.Tensor, x_h: torch.Tensor, hypothesis_mask: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -656,12 +744,13 @@ class DIN(Network):
 
         The true count minus one of the three gate blocks of every GRU with static gate weights
         (the encoder, the ablation's control GRU, DIN-2's ``U_h``/``U_x`` under "row_scale"):
-        the paper's figures match a GRU counted as 2 weight blocks + 4d biases
-        (docs/models/din.md, "Parameter counts").
+        the paper's figures match an ``nn.GRU`` counted as 2 weight blocks + 4d biases
+        (docs/models/din.md, "Parameter counts"). A ``PaperGRU`` (one bias per gate) loses a
+        third the same way: 2 weight blocks + 2d biases.
         """
         surplus = 0
         for module in self.modules():
-            if isinstance(module, nn.GRU):
+            if isinstance(module, nn.GRU | PaperGRU):
                 surplus += sum(p.numel() for p in module.parameters() if p.requires_grad) // 3
             elif isinstance(module, VectorControlGRU) and module.U_h is not None:
                 surplus += (module.U_h.numel() + module.U_x.numel()) // 3

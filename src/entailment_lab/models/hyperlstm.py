@@ -3,14 +3,15 @@
 A HyperLSTM is an LSTM whose weights change at every step: a small "hyper" LSTM reads the word
 and the main LSTM's previous state, and its output is projected to embeddings ``z`` that
 generate per-step scaling vectors ``d(z)`` of the rows of the main LSTM's weight matrices and a
-per-step bias (the memory-efficient weight-scaling form of §3.2; the layer-normalised HyperLSTM
-cell of Appendix A.2.2). The DIN paper applied it to sentence pairs "as training four LSTMs at
-once": here one HyperLSTM (main + hyper LSTM) per sentence, each sentence the main LSTM's state
-at its true last word, the pair classified from ``[u; v; |u - v|; u * v]`` by an MLP exactly as
-the LSTM baseline (row 1). Notation is the paper's (``x̂_t``, ``ĥ_t``, ``z_h``, ``z_x``,
-``z_b``, ``d_h``, ``d_x``, ``W_hz``, ``W_xz``, ``W_bz``, ``b_0``); sizes: N = hidden_size
-(main), Ñ = hyper_size, N_z = embedding_size. Choices, knobs, initialisation and the parameter
-arithmetic (2,969,091 with 300-d word vectors against the paper's 3.4M): docs/models/hyperlstm.md.
+per-step bias (the memory-efficient weight-scaling form of §3.2, Eq. 7-8; the layer-normalised
+HyperLSTM of Appendix A.2.2, Eq. 10-13). The DIN paper applied it to sentence pairs "as
+training four LSTMs at once": here one HyperLSTM (main + hyper LSTM) per sentence, each sentence
+the main LSTM's state at its true last word, the pair classified from
+``[u; v; |u - v|; u * v]`` by an MLP exactly as the LSTM baseline (row 1). Notation is the
+paper's (``x̂_t``, ``ĥ_t``, ``z_h``, ``z_x``, ``z_b``, ``d_h``, ``d_x``, ``W_hz``, ``W_xz``,
+``W_bz``, ``b_0``); sizes: N = hidden_size (main), Ñ = hyper_size, N_z = embedding_size.
+Choices, knobs, initialisation and the parameter arithmetic (2,969,091 with 300-d word vectors
+against the paper's 3.4M): docs/models/hyperlstm.md.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _orthogonal_gate_blocks_(weight: torch.Tensor, gates: int = 4) -> None:
 
 class GateLayerNorm(nn.Module):
     """Layer norm of each gate's pre-activation separately, with its own gain and bias:
-    (..., 4, size) -> (..., 4, size) (``LN`` of Appendix A.2.2 applied to i, g, f, o)."""
+    (..., 4, size) -> (..., 4, size) (``LN`` of Eq. 10 and 12 applied to i, g, f, o)."""
 
     def __init__(self, size: int, gates: int = 4) -> None:
         super().__init__()
@@ -84,7 +85,8 @@ class HyperLSTM(nn.Module):
         self.forget_bias = forget_bias
         self.recurrent_dropout = nn.Dropout(recurrent_dropout)
 
-        # Hyper LSTM (§3.2): input x̂_t = [h_{t-1}; x_t], state (ĥ, ĉ) of size Ñ.
+        # Hyper LSTM (Eq. 10): input x̂_t = [h_{t-1}; x_t], state (ĥ, ĉ) of size Ñ; the bias b̂
+        # sits inside the gates' LN there, as in the authors' cell (its hyper LSTMCell's bias).
         self.hyper_W_x = nn.Parameter(torch.empty(D, 4 * Nh))  # the x_t columns of W_x̂
         self.hyper_W_hx = nn.Parameter(torch.empty(N, 4 * Nh))  # the h_{t-1} columns of W_x̂
         self.hyper_W_h = nn.Parameter(torch.empty(Nh, 4 * Nh))  # W_ĥ
@@ -92,12 +94,12 @@ class HyperLSTM(nn.Module):
         self.hyper_ln = GateLayerNorm(Nh) if layer_norm else None
         self.hyper_ln_c = nn.LayerNorm(Nh, eps=LN_EPS) if layer_norm else None
 
-        # Embeddings (§3.2): z_h = W_ĥh ĥ + b_ĥh, z_x = W_ĥx ĥ + b_ĥx, z_b = W_ĥb ĥ, each N_z per
-        # gate (A.2.2: one z_h, z_x, z_b for each of i, g, f, o).
+        # Embeddings (Eq. 11): z_h = W_ĥh ĥ + b_ĥh, z_x = W_ĥx ĥ + b_ĥx, z_b = W_ĥb ĥ, each N_z,
+        # one z_h, z_x, z_b for each of the gates i, g, f, o.
         self.z_hx = nn.Linear(Nh, 2 * 4 * Nz)  # [z_h; z_x] for the four gates
         self.z_b = nn.Linear(Nh, 4 * Nz, bias=False)
-        # Weight scaling (§3.2, memory-efficient form): d_h(z_h) = W_hz z_h, d_x(z_x) = W_xz z_x,
-        # b(z_b) = W_bz z_b + b_0, one (N_z -> N) map per gate.
+        # Weight scaling (Eq. 12, the memory-efficient form of Eq. 8): d_h(z_h) = W_hz z_h,
+        # d_x(z_x) = W_xz z_x, b(z_b) = W_bz z_b + b_0, one (N_z -> N) map per gate.
         self.W_hz = nn.Parameter(torch.empty(4, Nz, N))
         self.W_xz = nn.Parameter(torch.empty(4, Nz, N))
         self.W_bz = nn.Parameter(torch.zeros(4, Nz, N))
@@ -110,12 +112,15 @@ class HyperLSTM(nn.Module):
         self.ln_c = nn.LayerNorm(N, eps=LN_EPS) if layer_norm else None
 
         # Initialisation of the authors' cell (hardmaru/supercell): input matrices Glorot
-        # uniform, recurrent matrices orthogonal per gate; z_h, z_x start at exactly 1 (weights
-        # 0, biases 1) and every d at scale_init (the recurrent-batch-norm gain 0.1 of Cooijmans
-        # et al.); z_b ~ N(0, 0.01²) and W_bz = 0, so b(z_b) starts at b_0 = 0.
+        # uniform (A.2.3 says orthogonal for these too), recurrent matrices orthogonal per gate;
+        # z_h, z_x start at exactly 1 (weights 0, biases 1) and every d at scale_init (the
+        # recurrent-batch-norm gain 0.1 of Cooijmans et al.); z_b ~ N(0, 0.01²) and W_bz = 0, so
+        # b(z_b) starts at b_0 = 0 (A.2.3). W_x̂ is one (D + N, 4Ñ) matrix in the authors' cell,
+        # so its Glorot bound counts both input parts.
         with torch.no_grad():
-            nn.init.xavier_uniform_(self.hyper_W_x)
-            nn.init.xavier_uniform_(self.hyper_W_hx)
+            hyper_bound = math.sqrt(6.0 / (D + N + 4 * Nh))
+            nn.init.uniform_(self.hyper_W_x, -hyper_bound, hyper_bound)
+            nn.init.uniform_(self.hyper_W_hx, -hyper_bound, hyper_bound)
             nn.init.xavier_uniform_(self.W_x)
             _orthogonal_gate_blocks_(self.hyper_W_h)
             _orthogonal_gate_blocks_(self.W_h)
@@ -128,14 +133,15 @@ class HyperLSTM(nn.Module):
     def _lstm_update(self, pre: torch.Tensor, c: torch.Tensor, ln: GateLayerNorm | None,
                      ln_c: nn.LayerNorm | None, dropout: nn.Module | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gates (n, 4, size) -> new (h, c) (n, size): A.2.2, ``c_t = σ(f)⊙c_{t-1} + σ(i)⊙φ(g)``,
-        ``h_t = σ(o)⊙φ(LN(c_t))``, with the forget bias added to f."""
+        """Gates (n, 4, size) -> new (h, c) (n, size): Eq. 10 / 13, ``c_t = σ(f)⊙c_{t-1} +
+        σ(i)⊙φ(g)``, ``h_t = σ(o)⊙φ(LN(c_t))``, with the forget bias (the authors' cell; not in
+        the paper's equations) added to f."""
         if ln is not None:
             pre = ln(pre)  # i, g, f, o = LN(...)
         i, g, f, o = pre.unbind(1)
         g = torch.tanh(g)
         if dropout is not None:
-            g = dropout(g)  # recurrent dropout without memory loss (on g only)
+            g = dropout(g)  # Eq. 13: recurrent dropout without memory loss (on φ(g) only)
         c = torch.sigmoid(f + self.forget_bias) * c + torch.sigmoid(i) * g
         h = torch.sigmoid(o) * torch.tanh(ln_c(c) if ln_c is not None else c)
         return h, c
@@ -163,20 +169,21 @@ class HyperLSTM(nn.Module):
             if n < len(h):  # rows n.. ended at the previous step: h is their final state
                 finished.append(h[n:])
                 h, c, h_hat, c_hat = h[:n], c[:n], h_hat[:n], c_hat[:n]
-            # Hyper LSTM on x̂_t = [h_{t-1}; x_t]: ĥ_t = LSTM(x̂_t, ĥ_{t-1}): (n, 4, Ñ) gates.
+            # Hyper LSTM (Eq. 10) on x̂_t = [h_{t-1}; x_t]: (n, 4, Ñ) gates.
             hyper_pre = (hyper_x_t[:n] + (h @ self.hyper_W_hx + h_hat @ self.hyper_W_h)
                          .view(n, 4, Nh))
             h_hat_prev = h_hat
             h_hat, c_hat = self._lstm_update(hyper_pre, c_hat, self.hyper_ln, self.hyper_ln_c)
-            source = h_hat if self.z_from == "current" else h_hat_prev  # ĥ_t or ĥ_{t-1}
-            # Embeddings: z_h, z_x (n, 4, N_z) each; z_b (n, 4, N_z).
+            # ĥ_t (§3.2's text, the authors' cell) or ĥ_{t-1} (as Eq. 6 and 11 print it).
+            source = h_hat if self.z_from == "current" else h_hat_prev
+            # Embeddings (Eq. 11): z_h, z_x (n, 4, N_z) each; z_b (n, 4, N_z).
             z_h, z_x = self.z_hx(source).view(n, 2, 4, Nz).unbind(1)
             z_b = self.z_b(source).view(n, 4, Nz)
-            # Scaling vectors and bias: d_h = W_hz z_h, d_x = W_xz z_x, b = W_bz z_b + b_0.
+            # Scaling vectors and bias (Eq. 12): d_h = W_hz z_h, d_x = W_xz z_x, b = W_bz z_b + b_0.
             d_h = torch.einsum("ngz,gzk->ngk", z_h, self.W_hz)  # (n, 4, N)
             d_x = torch.einsum("ngz,gzk->ngk", z_x, self.W_xz)  # (n, 4, N)
             b = torch.einsum("ngz,gzk->ngk", z_b, self.W_bz) + self.b_0  # (n, 4, N)
-            # Gates: d_h ⊙ W_h h_{t-1} + d_x ⊙ W_x x_t + b(z_b), each (n, 4, N).
+            # Gates (Eq. 12): d_h ⊙ W_h h_{t-1} + d_x ⊙ W_x x_t + b(z_b), each (n, 4, N).
             pre = d_h * (h @ self.W_h).view(n, 4, N) + d_x * main_x_t[:n] + b
             h, c = self._lstm_update(pre, c, self.ln, self.ln_c, self.recurrent_dropout)
         final = torch.cat([h, *reversed(finished)])  # (batch, N), in sorted order

@@ -153,8 +153,10 @@ class TightlyCoupledLSTM(Network):
 
     ``dim`` is d, the size of every grid state h_{i,j} (Table 2's "50D"). With the defaults
     (4 blocks, one unit shared by the four directions, pooling 2 × 1, a 50-unit fully connected
-    layer) and 300-d word vectors the model has 293,703 trainable parameters, 193,703 with the
-    paper's 100-d vectors (docs/models/tclstm.md: the row's 190k is not reproduced exactly).
+    layer) and the 100-d word vectors of row 4's experiment the model has 193,703 trainable
+    parameters, 293,703 with 300-d vectors (docs/models/tclstm.md: the row's 190k is not
+    reproduced exactly). ``tests/test_reference_tclstm.py`` checks it against an independent
+    cell-by-cell reference of the equations.
     """
 
     def __init__(

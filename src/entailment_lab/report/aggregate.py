@@ -54,6 +54,15 @@ def seed_stats(groups: Sequence[Sequence[Job]]) -> list[dict[str, Stat]]:
     return [{m: stat(i, m) for m in METRICS} for i in range(len(groups))]
 
 
+def seed_other(values: Sequence[float | None]) -> Stat:
+    """A ``Stat`` of one metric's values over seeds (``None``: the job did not record it)."""
+    series = pd.Series([v for v in values if v is not None], dtype=float)
+    if series.empty:
+        return Stat()
+    std = float(series.std()) if len(series) > 1 else None
+    return Stat(float(series.mean()), std, len(series))
+
+
 # What is not a setting when comparing jobs of one row: the row itself (model, dim, data), the
 # seed, and knobs that do not change what a run measures (logging, paths, devices, threads,
 # denormals, resuming; `data_root` is where a protocol's files lie, `../shared/data` or the

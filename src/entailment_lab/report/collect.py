@@ -107,11 +107,15 @@ def load_job(folder: Path) -> Job:
         overrides=list(data.get("overrides") or []), params=params.get("trainable"),
         max_epochs=budget.get("max_epochs"),
         configured_max_epochs=budget.get("configured_max_epochs"),
+        early_stopping=data.get("early_stopping", "not recorded"),
         epochs=metrics.get("epochs"), stopped_by=metrics.get("stopped_by"),
         params_paper=params.get("paper_convention"),
         train=percent(metrics.get("train/acc_at_best")), val=percent(metrics.get("val/acc_best")),
         train_eval=percent(metrics.get("train/acc_eval")),
         test=percent(metrics.get("test/acc")), error=first_line(data.get("error")),
+        other_test={k.removeprefix("test/"): percent(v) for k, v in metrics.items()
+                    if k.startswith("test/") and k not in ("test/acc", "test/loss")
+                    and isinstance(v, int | float)},
         wandb_id=data.get("wandb_run_id"), commit=code.get("commit"), dirty=code.get("dirty"),
     )
     if status == RUNNING and not process_alive(data.get("pid"), data.get("started")):

@@ -33,6 +33,7 @@ class Job:
     overrides: list[str] = field(default_factory=list)
     max_epochs: int | None = None  # the epochs the run was given (results.json "budget")
     configured_max_epochs: int | None = None  # its config's budget without a command-line one
+    early_stopping: int | str | None = "not recorded"  # its patience; None: whole budget
     epochs: int | None = None  # the epochs it trained (results.json metrics "epochs")
     stopped_by: str | None = None  # what ended them (metrics "stopped_by": callbacks.stop_reason)
     params: int | None = None  # trainable, without word embeddings
@@ -41,6 +42,9 @@ class Job:
     train_eval: float | None = None  # % train accuracy of the best checkpoint, eval mode
     val: float | None = None  # % best validation accuracy
     test: float | None = None  # % test accuracy of the best-validation checkpoint
+    # Every other test metric the run computed (its ``metrics`` config: ``test/f1_macro``,
+    # ``test/acc_per_class/<label>``, ...), in %, by its name without ``test/``.
+    other_test: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     wandb_id: str | None = None  # the W&B run, so a run read twice (folder + API) counts once
     commit: str | None = None  # the git commit of the code it ran (results.json "code")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from entailment_lab.paper_tables import ALL_ROWS, PaperRow
@@ -69,28 +68,6 @@ _LIMITS = ("trainer.limit_train_batches", "trainer.limit_val_batches",
 _NO_LIMIT = ("", "null", "none", "false", "-1", "1.0", "0", "0.0")  # the knobs' "no limit"
 # Caps that only cut a run where they bind: a job that still trained all its epochs is whole.
 _CAPS = ("trainer.max_steps", "trainer.max_time")
-_DEFAULT_EPOCHS = 30  # conf/trainer/default.yaml
-_RECIPES = Path(__file__).resolve().parents[3] / "conf" / "recipe"
-
-
-def _recipe_epochs(job: Job) -> int:
-    """The epoch budget the job's config gave: recorded at run time (``results.json``
-    "budget"), else, for runs older than that record, its recipe file in this checkout
-    (``conf/recipe/NAME.yaml``), else the trainer default."""
-    if job.configured_max_epochs is not None:
-        return job.configured_max_epochs
-    from omegaconf import OmegaConf
-
-    name = next((v for k, v in job.choices.items() if k.startswith("recipe") and v), None)
-    path = _RECIPES / f"{name}.yaml"
-    if not name or not path.is_file():
-        return _DEFAULT_EPOCHS
-    try:
-        return int(OmegaConf.load(path).trainer.max_epochs)
-    except Exception:  # an unreadable recipe only costs the comparison with its budget
-        return _DEFAULT_EPOCHS
-
-
 def limit_overrides(lookup: Callable[[str], Any]) -> list[str]:
     """``key=value`` for each budget knob that ``lookup`` (a resolved config) sets to a limit:
     what a run read back from W&B (no Hydra overrides) ran with."""
@@ -124,6 +101,8 @@ def reduced_budget(job: Job) -> str | None:
             continue
         if key in _LIMITS and value.lower() not in _NO_LIMIT:
             return override.lstrip("+~")
-        if key == "trainer.max_epochs" and value.isdigit() and int(value) < _recipe_epochs(job):
+        if key == "trainer.max_epochs" and value.isdigit() and \
+                int(value) < (job.configured_max_epochs or 0):
+            # the budget its config gave, as results.json recorded it (config.budget_record)
             return override.lstrip("+~")
     return None

@@ -24,7 +24,7 @@ CSV_COLUMNS = (
     "paper_train", "paper_test", "train_mean", "train_std", "train_n", "train_eval_mean",
     "train_eval_std", "val_mean", "test_mean",
     "test_std", "test_n", "delta_test", "status", "completed", "running", "stale", "failed",
-    "no_results", "seeds", "folders", "reduced_budget",
+    "no_results", "seeds", "folders", "reduced_budget", "other_test_metrics",
 )
 _PAIR_HEADER = ["#", "model", "Para (paper)", "params (ours)", "params (paper conv.)",
                 "train % (paper)", "test % (paper)", "train % (ours)", "train % eval (ours)",
@@ -131,6 +131,11 @@ def render_markdown(tables: Sequence[Table], jobs: Sequence[Job], sources: Seque
            "in the means.", ""]
     for table in tables:
         out += [title(table), "", _table_markdown(table), ""]
+        other = [[rr.label, name, str(stat)] for rr in table.rows
+                 for name, stat in rr.other_test.items()]
+        if other:  # the runs' other metrics (their `metrics` config), test split, in %
+            out += ["Other test metrics (%, mean ± std (runs)):", "",
+                    _md_table(["row", "metric", "test"], other), ""]
     notes = _notes(tables, jobs)
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
@@ -179,6 +184,8 @@ def csv_rows(tables: Sequence[Table]) -> list[dict[str, Any]]:
                 **rr.counts(), "seeds": " ".join(map(str, rr.seeds)),
                 "folders": " ".join(_display(j.folder) for j in rr.jobs),
                 "reduced_budget": rr.reduced or "",
+                "other_test_metrics": "; ".join(f"{n}={_num(st.mean)}±{_num(st.std)}({st.n})"
+                                                for n, st in rr.other_test.items()),
             })
     return out
 

@@ -18,7 +18,7 @@ from entailment_lab.paper_tables import (
     SENTENCE_ROWS,
     PaperRow,
 )
-from entailment_lab.report.aggregate import Stat, seed_stats
+from entailment_lab.report.aggregate import Stat, seed_other, seed_stats
 from entailment_lab.report.job import COMPLETED, MISSING, RUNNING, STALE, Job
 from entailment_lab.report.match import reduced_budget
 
@@ -42,9 +42,11 @@ class RowResult:
 
     @property
     def comparable(self) -> bool:
-        """Whether the paper's accuracy is for this data set (a SICK run is not SNLI's) and our
-        jobs ran the full budget (a ``debug=tiny`` run is no reproduction)."""
-        return self.paper is not None and self.paper.data == self.data and not self.reduced
+        """Whether the paper's accuracy is for this data set (a SICK run is not SNLI's), is this
+        model's (row 3's printed figure is another model's: ``PaperRow.not_comparable``), and
+        our jobs ran the full budget (a ``debug=tiny`` run is no reproduction)."""
+        return (self.paper is not None and self.paper.data == self.data and not self.reduced
+                and self.paper.not_comparable is None)
 
     def _count(self, *statuses: str) -> int:
         return sum(j.status in statuses for j in self.jobs)
@@ -57,6 +59,13 @@ class RowResult:
     train_eval = _stat("train_eval")
     val = _stat("val")
     test = _stat("test")
+
+    @property
+    def other_test(self) -> dict[str, Stat]:
+        """Mean ± std over the completed jobs of every other test metric they recorded."""
+        names = sorted({n for j in self.completed for n in j.other_test})
+        return {n: other for n in names
+                if (other := seed_other([j.other_test.get(n) for j in self.completed])).n}
 
     @property
     def delta(self) -> float | None:

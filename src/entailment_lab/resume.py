@@ -1,71 +1,64 @@
-"""A run stopped by SIGTERM or Ctrl+C: record where it stopped and how to resume it; link a run
-resumed in another folder to the first one; keep a resumed run's best checkpoint its best."""
+"""Resuming a run: ``ckpt_path=.../last.ckpt`` continues it where it stopped.
+
+The whole resume path lives here: what the checkpoint brings back (vocabulary, W&B run id and
+group), the two-way link between a run resumed in another folder and the first one, the
+checkpoint callbacks that keep their best score when the folder moved, and the check before
+testing that the checkpoint called best is the run's best. Lightning restores the weights,
+optimiser, schedule, loops and callback states itself (``trainer.fit(ckpt_path=...)``).
+"""
 
 from __future__ import annotations
 
 import logging
-import shlex
-import signal
-import threading
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
+from entailment_lab.checkpoints import checkpoint_metadata
+from entailment_lab.data.text import Vocabulary
 from entailment_lab.errors import UserError
-from entailment_lab.results import ResultsFile, RunInterruptedError, add_resumed_by, run_folder
+from entailment_lab.results import (
+    RESULTS_FILE,
+    ResultsFile,
+    is_rank_zero,
+    read_results,
+    write_json_atomic,
+)
 
 log = logging.getLogger(__name__)
 
 
-def sigterm_raises() -> Callable[[], None]:
-    """Make SIGTERM raise ``SIGTERMException`` outside Lightning's loops (reading the data,
-    building the model), so such a stop is recorded too; inside them Lightning's own handler
-    is in place and stops gracefully after the batch. Returns what restores the old handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
+@dataclass
+class Resumed:
+    """What a resumed run takes from its checkpoint and where the first run lives."""
 
-    def handler(signum: int, frame: Any) -> None:
-        if signal.getsignal(signal.SIGTERM) is handler:  # not Lightning's (it calls this too)
-            raise SIGTERMException
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    vocab: Vocabulary
+    wandb_run_id: str | None
+    wandb_group: str | None
+    origin: Path | None  # the first run's folder when resumed in another one, else None
 
 
-def stop_signal(trainer: L.Trainer, err: BaseException) -> str | None:
-    """The signal that stopped the run (Lightning: ``SIGTERMException``, or ``sys.exit(1)``
-    after Ctrl+C), else ``None``."""
-    if isinstance(err, SIGTERMException) or trainer.received_sigterm:
-        return "SIGTERM"
-    if isinstance(err, KeyboardInterrupt) or isinstance(err.__context__, KeyboardInterrupt):
-        return "SIGINT"
-    return None
+def resume(cfg: DictConfig, results: ResultsFile) -> Resumed | None:
+    """``cfg.ckpt_path``'s vocabulary and W&B run, with the link to the first run's folder
+    written both ways; ``None`` for a new run."""
+    if not cfg.get("ckpt_path"):
+        return None
+    _, meta = checkpoint_metadata(cfg.ckpt_path)
+    return Resumed(vocab=Vocabulary(meta["vocab"]), wandb_run_id=meta.get("wandb_run_id"),
+                   wandb_group=_wandb_group(meta.get("config") or {}),
+                   origin=link_resumed_run(cfg, results))
 
 
-def interruption(trainer: L.Trainer, stop: str, overrides: list[str],
-                  folder: str) -> RunInterruptedError:
-    """Where a stopped run stopped, and the command that resumes it in its own folder."""
-    stage = trainer.state.fn.value if trainer.state.fn else "fit"
-    where = f"{stage}, epoch {trainer.current_epoch}, step {trainer.global_step}"
-    exit_code = 143 if stop == "SIGTERM" else 130
-    last = next((Path(cb.dirpath) / "last.ckpt" for cb in trainer.checkpoint_callbacks
-                 if isinstance(cb, ModelCheckpoint) and cb.dirpath
-                 and (Path(cb.dirpath) / "last.ckpt").is_file()), None)
-    if last is None:
-        return RunInterruptedError(f"interrupted by {stop} ({where}) before any last.ckpt was "
-                                   "saved: nothing to resume from, start it again", None,
-                                   exit_code)
-    kept = [o for o in overrides
-            if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))]
-    resume = shlex.join(["python", "src/train.py", *kept, f"ckpt_path={last}",
-                         f"hydra.run.dir={folder}"])
-    return RunInterruptedError(f"interrupted by {stop} ({where}); last.ckpt kept", resume,
-                               exit_code)
+def _wandb_group(config: dict[str, Any]) -> str | None:
+    """The W&B group recorded in a run's resolved config (a checkpoint's), if any."""
+    loggers = config.get("logger") or {}
+    return next((node.get("group") for node in loggers.values()
+                 if isinstance(node, dict) and "Wandb" in str(node.get("_target_"))
+                 and node.get("group")), None)
 
 
 def link_resumed_run(cfg: DictConfig, results: ResultsFile) -> Path | None:
@@ -129,6 +122,25 @@ class RelocatableModelCheckpoint(ModelCheckpoint):
             log.info("checkpoint folder moved from %s to %s: its best checkpoint and score "
                      "follow it", old, new)
         super().load_state_dict(state_dict)
+
+
+def run_folder(ckpt_path: str | Path) -> Path:
+    """The job folder a checkpoint belongs to (``<job>/checkpoints/NAME.ckpt`` -> ``<job>``)."""
+    folder = Path(ckpt_path).expanduser().resolve().parent
+    return folder.parent if folder.name == "checkpoints" else folder
+
+
+def add_resumed_by(folder: Path, resumed_by: str | Path) -> None:
+    """Record in ``folder``'s results file that the job in ``resumed_by`` continues it."""
+    path = folder / RESULTS_FILE
+    if not is_rank_zero() or not path.is_file():
+        return
+    data = read_results(path)
+    if "schema" not in data:  # unreadable: leave it as it is
+        return
+    links = [*data.get("resumed_by", []), str(resumed_by)]
+    data["resumed_by"] = list(dict.fromkeys(links))
+    write_json_atomic(path, data)
 
 
 def check_best_checkpoint(trainer: L.Trainer, best_val_acc: float | None) -> None:

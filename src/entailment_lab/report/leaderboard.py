@@ -1,0 +1,254 @@
+"""The published results tables, generated from the committed per-run records.
+
+Every figure that README.md and docs/RESULTS.md publish comes from ``results.json`` copies under
+``docs/results/<study>/runs/`` (``report.py --copy-results``). This module reads them all, groups
+them into rows (data set, model, dim, training-set size), and renders one Markdown table per
+protocol plus the README's headline table. The tables live in the documents between markers:
+
+    <!-- results:NAME -->
+    ...generated...
+    <!-- /results:NAME -->
+
+``python src/report.py --leaderboard docs/results --write README.md docs/RESULTS.md`` (``make
+results``) rewrites them; ``--check`` fails when a committed table differs from what the records
+give, which CI runs (``tests/test_results_tables.py``). A row flags, by itself, what a reader must
+know: runs with fewer epochs than their budget (reduced), runs of different commits, runs from a
+checkout whose code differed from its commit (dirty), and fewer than three runs.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from entailment_lab.errors import UserError
+from entailment_lab.report.collect import collect_jobs, find_job_folders
+from entailment_lab.report.job import COMPLETED, Job
+from entailment_lab.report.match import reduced_budget
+
+#: Protocols in the order the results page shows them: data name -> heading.
+PROTOCOLS = {
+    "snli_dev2test": "SNLI dev→test (train on SNLI dev less a premise-grouped validation carve, "
+                     "8,840 / 1,002 pairs; test on SNLI test, 9,824 pairs)",
+    "sick": "SICK-E (official splits: 4,439 / 495 / 4,906 pairs)",
+    "sst5": "SST-5 (DCNN's table)",
+    "sst2": "SST-2 (DCNN's table)",
+    "trec": "TREC (DCNN's table)",
+}
+#: The README's headline: (label, model, dim) per row, one column per protocol.
+HEADLINE_ROWS = (
+    ("Lexical floor", "lexical", None), ("LSTM (row 1)", "lstm", 128),
+    ("DecAtt (row 8)", "decatt", None), ("DIN-1 20×20 (row 17)", "din1", 400),
+    ("DIN-2 20×20 (row 19)", "din2", 400), ("DIIN", "diin", None),
+)
+HEADLINE_PROTOCOLS = ("snli_dev2test", "sick")
+# Overrides that say where a run was written or how it logged, not what it trained.
+_NOT_A_SETTING = re.compile(r"^(hydra\.|logger=|callbacks\.rich_progress_bar|"
+                            r"trainer\.enable_progress_bar|threads=|seed=)")
+_MARKER = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results:"
+                     r"(?P=name) -->)", flags=re.S)
+
+
+@dataclass
+class Row:
+    """The completed runs of one setting on one data set."""
+
+    data: str
+    model: str
+    dim: int | None
+    train_size: int | None
+    settings: tuple[str, ...] = ()  # the command line's overrides but the seed and logging
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def tests(self) -> list[float]:
+        return [j.test for j in self.jobs if j.test is not None]
+
+    def cell(self, values: Sequence[float]) -> str:
+        """``mean ± std (n)``; one run: ``value (1)``."""
+        if not values:
+            return "–"
+        if len(values) == 1:
+            return f"{values[0]:.1f} (1)"
+        return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} ({len(values)})"
+
+    @property
+    def flags(self) -> list[str]:
+        """What a reader must know about these runs, said by the generator, not by prose."""
+        out = []
+        reduced = sorted({r for j in self.jobs if (r := reduced_budget(j))})
+        if reduced:
+            out.append(f"reduced ({', '.join(reduced)})")
+        commits = {j.commit for j in self.jobs}
+        if len(commits) > 1:
+            out.append(f"{len(commits)} commits")
+        stopped = sum(j.stopped_by == "early_stopping" for j in self.jobs)
+        if stopped:
+            out.append(f"{stopped} ended by early stopping")
+        dirty = sum(bool(j.dirty) for j in self.jobs)
+        if dirty:
+            out.append(f"{dirty} from a modified checkout")
+        if len(self.tests) < 3:
+            out.append(f"{len(self.tests)} run{'s' if len(self.tests) != 1 else ''}")
+        return out
+
+    @property
+    def epochs(self) -> str:
+        trained = sorted({j.epochs for j in self.jobs if j.epochs is not None})
+        budget = sorted({j.max_epochs for j in self.jobs if j.max_epochs is not None})
+        text = "–" if not trained else str(trained[0]) if len(trained) == 1 else \
+            f"{trained[0]}–{trained[-1]}"
+        return f"{text} of {'/'.join(map(str, budget))}" if budget else text
+
+    @property
+    def params(self) -> str:
+        counts = sorted({j.params for j in self.jobs if j.params is not None})
+        return "–" if not counts else f"{counts[0]:,}" + (f"–{counts[-1]:,}"
+                                                         if len(counts) > 1 else "")
+
+    @property
+    def commits(self) -> str:
+        return ", ".join(sorted({(j.commit or "not recorded")[:12] for j in self.jobs}))
+
+    def records(self, root: Path) -> str:
+        studies = sorted({_study(Path(j.folder), root) for j in self.jobs})
+        return ", ".join(f"`{s}`" for s in studies)
+
+    @property
+    def command(self) -> str:
+        """The runs' command line: their common settings, with their seeds as a sweep."""
+        settings = list(self.settings)
+        seeds = sorted({j.seed for j in self.jobs if j.seed is not None})
+        sweep = ["-m", f"seed={','.join(map(str, seeds))}"] if len(seeds) > 1 else \
+            [f"seed={seeds[0]}"] if seeds else []
+        return shlex.join(["python", "src/train.py", *sweep[:1], *settings, *sweep[1:]])
+
+    @property
+    def label(self) -> str:
+        size = f", {self.train_size:,} pairs" if self.train_size else ""
+        extra = [s for s in self.settings if not s.startswith(_ROW_KEYS)]
+        return f"{self.model}" + (f" d={self.dim}" if self.dim else "") + size + \
+            "".join(f", `{s}`" for s in extra)
+
+
+def _study(folder: Path, root: Path) -> str:
+    """The study (``<study>`` of ``docs/results/<study>/runs/...``) a record belongs to."""
+    try:
+        return folder.resolve().relative_to(root.resolve()).parts[0]
+    except ValueError:
+        return str(folder)
+
+
+# Overrides that the row's label already says (or that say where the data lies).
+_ROW_KEYS = ("experiment=", "data_root=", "model=", "dim=", "data.train_size=")
+
+
+def _settings(job: Job) -> tuple[str, ...]:
+    return tuple(o.lstrip("+~") if o.startswith("+") else o for o in job.overrides
+                 if not _NOT_A_SETTING.match(o.lstrip("+~")))
+
+
+def _train_size(job: Job) -> int | None:
+    for override in job.overrides:
+        key, _, value = override.partition("=")
+        if key == "data.train_size" and value.isdigit():
+            return int(value)
+    return None
+
+
+def load_rows(results_dir: str | Path) -> list[Row]:
+    """Every completed run recorded under ``results_dir/*/runs``, grouped into rows."""
+    root = Path(results_dir)
+    studies = sorted(p for p in root.glob("*/runs") if find_job_folders(p))
+    if not studies:
+        raise UserError(f"{root}: no per-run records (no */runs/**/results.json); publish runs "
+                        "with python src/report.py RUNS --out DIR --copy-results")
+    rows: dict[tuple, Row] = {}
+    for job in collect_jobs(studies):
+        if job.status != COMPLETED or job.task != "train" or not job.model or not job.data:
+            continue
+        key = (job.data, job.model, job.dim, _train_size(job), _settings(job),
+               str(job.early_stopping))  # a protocol's stopping rule changed at a commit
+        rows.setdefault(key, Row(job.data, job.model, job.dim, _train_size(job),
+                                 _settings(job))).jobs.append(job)
+    return list(rows.values())
+
+
+def protocol_table(rows: Iterable[Row], data: str, root: Path) -> str:
+    """One protocol's table: a row per setting, full training set first."""
+    chosen = sorted((r for r in rows if r.data == data),
+                    key=lambda r: (r.train_size or 10**9, r.model, r.dim or 0, r.settings))
+    if not chosen:
+        return "No per-run records for this protocol yet.\n"
+    lines = ["| model | params | test % | best val % | epochs (of budget) | commit | records "
+             "(docs/results/) | flags |", "|---|---|---|---|---|---|---|---|"]
+    commands = []
+    for i, row in enumerate(chosen, start=1):
+        vals = [j.val for j in row.jobs if j.val is not None]
+        lines.append(f"| {row.label} | {row.params} | {row.cell(row.tests)} | {row.cell(vals)} "
+                     f"| {row.epochs} | {row.commits} | {row.records(root)} | "
+                     f"{'; '.join(row.flags) or '–'} |")
+        commands.append(f"{i}. {row.label}: `{row.command}`")
+    return "\n".join(lines) + "\n\nCommands (data_root is the folder of the data files):\n\n" + \
+        "\n".join(commands) + "\n"
+
+
+def headline_table(rows: Sequence[Row], root: Path) -> str:
+    """The README's table: the headline models on the two NLI protocols, full training sets."""
+    heads = [PROTOCOLS[p].split(" (")[0] for p in HEADLINE_PROTOCOLS]
+    lines = ["| model | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    for label, model, dim in HEADLINE_ROWS:
+        cells = []
+        for data in HEADLINE_PROTOCOLS:
+            found = [r for r in rows if r.data == data and r.model == model and
+                     r.dim in (dim, None) and r.train_size is None and
+                     r.label.count("`") == 0 and  # the model's own settings, no extra knob
+                     not any(f.startswith("reduced") for f in r.flags)]
+            cells.append(found[0].cell(found[0].tests) if found else
+                         "no per-run records (run folders lost)")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def generated_tables(results_dir: str | Path) -> dict[str, str]:
+    """Marker name -> Markdown: ``headline`` and one table per protocol."""
+    root = Path(results_dir)
+    rows = load_rows(root)
+    tables = {"headline": headline_table(rows, root)}
+    tables.update({data: protocol_table(rows, data, root) for data in PROTOCOLS})
+    return tables
+
+
+def fill_markers(text: str, tables: dict[str, str], where: str) -> str:
+    """``text`` with the body between each ``results:NAME`` marker pair replaced."""
+    def body(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in tables:
+            raise UserError(f"{where}: marker results:{name} names no generated table; the "
+                            f"tables are {', '.join(tables)}")
+        return f"{match.group(1)}{tables[name]}{match.group(4)}"
+    return _MARKER.sub(body, text)
+
+
+def update_documents(results_dir: str | Path, documents: Sequence[str | Path],
+                     check: bool = False) -> list[Path]:
+    """Rewrite (or, with ``check``, compare) the generated tables of ``documents``; returns the
+    documents that changed (or would change)."""
+    from entailment_lab.files import write_text_atomic
+
+    tables = generated_tables(results_dir)
+    changed = []
+    for document in map(Path, documents):
+        text = document.read_text(encoding="utf-8")
+        if not _MARKER.search(text):
+            raise UserError(f"{document}: no <!-- results:NAME --> markers to fill")
+        new = fill_markers(text, tables, str(document))
+        if new != text:
+            changed.append(document)
+            if not check:
+                write_text_atomic(document, new)
+    return changed

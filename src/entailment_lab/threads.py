@@ -1,0 +1,110 @@
+"""The CPU policy of every entry point: how many torch threads a job takes, and denormals.
+
+Set once, at start (``threads`` and ``flush_denormal`` in the configs); README "Threads" says
+why ``auto`` does not simply take every core.
+"""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig
+
+from entailment_lab.errors import ConfigError
+
+THREADS_HELP = "threads=auto, a positive integer, or null (torch's default)"
+
+
+def set_threads(threads: object, processes: int = 1) -> str:
+    """The CPU thread policy of every entry point; returns a line saying what was chosen.
+
+    ``OMP_NUM_THREADS``, when set, wins (torch reads it itself). Otherwise ``threads``: a
+    positive int; null for torch's own default (one thread per physical core); or ``auto``
+    (the configs' default), ``auto_threads()``: the cores this process may use that are not
+    busy now, shared among the jobs a parallel sweep runs at once and the ``processes`` each
+    job starts (DDP ranks). Why (README, "Threads"): on
+    a 2-core machine DIN-1 20×20 trains 1.6× faster with 2 threads than with 1 when the machine
+    is idle, and 47× slower when another job keeps the second core busy.
+    """
+    import torch
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return f"torch threads: {torch.get_num_threads()} (OMP_NUM_THREADS)"
+    if threads is None:
+        return f"torch threads: {torch.get_num_threads()} (torch's default)"
+    if threads == "auto":
+        threads, reason = auto_threads(parallel_jobs() * processes)
+    elif isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"threads must be {THREADS_HELP}, got {threads!r}; e.g. threads=2")
+    else:
+        reason = f"threads={threads}"
+    torch.set_num_threads(threads)
+    return f"torch threads: {threads} ({reason}; threads=N or OMP_NUM_THREADS=N to choose)"
+
+
+def auto_threads(jobs: int = 1, sample_s: float = 0.2) -> tuple[int, str]:
+    """Threads for one of ``jobs`` processes started together: free cores // jobs, at least 1.
+
+    Free cores: the physical cores this process may run on (its CPU affinity: a SLURM or
+    container allotment) less the cores' worth of work the machine runs now (CPU use summed
+    over those cores during ``sample_s`` seconds, rounded).
+    """
+    import psutil
+
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    usage = psutil.cpu_percent(interval=sample_s, percpu=True)
+    allowed = allowed or list(range(len(usage)))
+    # Cores' worth of work running now (a busy thread may move between cores).
+    busy = round(sum(usage[i] for i in allowed if i < len(usage)) / 100)
+    logical = len(allowed)
+    physical = psutil.cpu_count(logical=False) or logical
+    cores = min(logical, physical)  # hyper-threads add little to matrix products
+    free = max(1, cores - busy)
+    threads = max(1, free // max(1, jobs))
+    jobs_note = f", shared by {jobs} processes" if jobs > 1 else ""
+    return threads, f"auto: {cores} core(s), {busy} busy{jobs_note}"
+
+
+def processes_per_run(cfg: DictConfig) -> int:
+    """Training processes one run starts on this machine: ``trainer.devices`` under a DDP
+    strategy (each rank is a process), else 1."""
+    trainer = cfg.get("trainer") or {}
+    devices = trainer.get("devices")
+    if "ddp" in str(trainer.get("strategy", "")) and isinstance(devices, int) and devices > 1:
+        return devices
+    return 1
+
+
+def parallel_jobs() -> int:
+    """How many jobs of this sweep run at once on this machine (Hydra's joblib launcher)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return 1
+    hydra_cfg = HydraConfig.get()
+    launcher = hydra_cfg.get("launcher") or {}
+    if hydra_cfg.mode != RunMode.MULTIRUN or "joblib" not in str(launcher.get("_target_", "")):
+        return 1
+    n_jobs = int(launcher.get("n_jobs") or 1)
+    return n_jobs if n_jobs > 0 else os.cpu_count() or 1  # joblib: -1 = one job per core
+
+
+def set_flush_denormal(flush: bool) -> str:
+    """Compute CPU floats below 1.2e-38 (denormals) as 0 when ``flush``; returns a log line.
+
+    Denormal arithmetic is 10-100x slower on x86 CPUs. Adagrad from a zero accumulator with an
+    L2 gradient (DCNN's recipe) drives the unused word vectors into that range, and a DCNN
+    step then spent 7 of its 19 ms in the optimiser (``benchmarks/bench_dcnn.py``: 0.7 ms
+    flushed). Flushing changes results in their last digits, and a training run, being
+    chaotic, then follows another trajectory: the default is off (``conf/train.yaml``, so
+    runs made before the switch reproduce exactly) and DCNN's recipe turns it on.
+    """
+    import torch
+
+    if not flush:
+        torch.set_flush_denormal(False)
+        return "denormal floats: kept"
+    if torch.set_flush_denormal(True):
+        return "denormal floats: flushed to zero"
+    return "denormal floats: kept (this CPU cannot flush them)"

@@ -1,0 +1,42 @@
+"""Our word-by-word attention (Table 2 row 2) against codedecde/Recognizing-Textual-Entailment
+@1908f9e, a PyTorch implementation of Rocktäschel et al.'s model.
+
+``tests/references/wbw_attention.pt`` holds our model's weights (random, k = 8, 10-d word
+vectors), five pairs of different lengths (the padding filled with real word ids, hidden by the
+masks only), and the logits and attention weights α that the implementation's word-by-word
+attention (``RTE._attn_rnn_forward``: Eq. 11-13), its ``_combine_last`` (Eq. 14) and its softmax
+layer computed in float64 with our weights, on the premise outputs Y and hypothesis outputs h_t
+of our own LSTMs (its encoder is a GRU, so only the attention and output layers are compared;
+docs/models/wbw_attention.md). Written by ``tests/references/make_wbw_attention.py``, run by
+hand with that code; nothing of it is needed here. A misreading of Eq. 11-14 (r_t for r_{t-1},
+no tanh in Eq. 13, r_N of the wrong word) changes α or the logits far beyond the tolerance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from entailment_lab.models.wbw_attention import WordByWordAttention
+
+FIXTURE = Path(__file__).parent / "references" / "wbw_attention.pt"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_logits_and_attention_equal_the_reference():
+    ref = torch.load(FIXTURE, weights_only=True)
+    embedding = nn.Embedding.from_pretrained(ref["embeddings"], freeze=True, padding_idx=0)
+    model = WordByWordAttention(embedding, num_classes=3, **ref["config"]).double().eval()
+    model.load_state_dict(ref["state_dict"])
+    with torch.no_grad():
+        out = model(ref["premise"], ref["premise_mask"], ref["hypothesis"],
+                    ref["hypothesis_mask"], return_details=True)
+    theirs = ref["logits"]
+    assert (theirs.max(dim=0).values - theirs.min(dim=0).values).min() > 0.05  # pairs differ
+    assert out["logits"].dtype == torch.float64 and out["logits"].shape == (5, 3)
+    torch.testing.assert_close(out["attention"], ref["attention"], rtol=0, atol=1e-12)
+    torch.testing.assert_close(out["logits"], theirs, rtol=0, atol=1e-12)
