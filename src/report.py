@@ -44,6 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="with --leaderboard: change nothing; exit 1 if a document's tables "
                         "differ from what the records give")
+    parser.add_argument("--wandb-workspace", metavar="ENTITY/PROJECT",
+                        help="instead: build the project's W&B dashboard (runs table grouped by "
+                        "Table 2 row, mean ± std per row, accuracy vs parameters with the "
+                        "paper's points, validation curves, heat maps) and save it to this W&B "
+                        "project as a new workspace (needs the network)")
+    parser.add_argument("--dry-run", metavar="OUT.json",
+                        help="with --wandb-workspace: write the workspace's spec to OUT.json "
+                        "instead of saving it (no network)")
     parser.add_argument("--compare-reduced", action="store_true",
                         help="compare runs with a debug preset or a truncated budget (debug=tiny, "
                         "trainer.limit_train_batches=...) with the paper too (default: they get "
@@ -51,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.leaderboard:
         return _leaderboard(args.leaderboard, args.write, args.check)
+    if args.wandb_workspace:
+        return _wandb_workspace(args.wandb_workspace, args.dry_run)
+    if args.dry_run:
+        parser.error("--dry-run goes with --wandb-workspace ENTITY/PROJECT")
     if not args.paths and not args.wandb:
         parser.error("give PATH(s) or --wandb (or --leaderboard RESULTS_DIR --write DOC...)")
     try:
@@ -85,6 +97,20 @@ def _leaderboard(results_dir: str, documents: list[str], check: bool) -> int:
         return 1
     verb = "up to date" if check else f"{len(changed)} updated"
     print(f"results tables: {verb} ({', '.join(documents)})", file=sys.stderr)
+    return 0
+
+
+def _wandb_workspace(project: str, dry_run: str | None) -> int:
+    from entailment_lab.report.dashboard import save_workspace, write_spec
+
+    try:
+        if dry_run:
+            print(f"workspace spec written: {write_spec(project, dry_run)}", file=sys.stderr)
+        else:
+            print(f"workspace saved: {save_workspace(project)}", file=sys.stderr)
+    except UserError as err:
+        print(f"error: {str(err).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

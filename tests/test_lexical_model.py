@@ -1,7 +1,9 @@
-"""Lexicalized classifier (Bowman et al. 2015 §3.2): features by hand, hashing, padding, overfit."""
+"""Lexicalized classifier (Bowman et al. 2015 §3.2): features by hand, hashing, padding, the
+pipeline's run of it. Shapes, gradients, over-fitting and save/load: test_model_harness."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -13,7 +15,6 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from entailment_lab.data.batching import pad_ids
-from entailment_lab.data.demo import demo_pairs
 from entailment_lab.data.text import Vocabulary, tokenize
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import count_trainable_parameters
@@ -24,9 +25,11 @@ from entailment_lab.models.lexical import (
     dense_features,
     hash_ids,
 )
-from tests.conftest import fits_exactly, pad_with_noise, random_sentences
+from entailment_lab.pipeline import evaluate, train
+from tests.conftest import FAST, compose_cfg, file_overrides, pad_with_noise, random_sentences
 
 VOCAB = 40
+HARNESS_OVERRIDES = ["model.net.num_buckets=4096"]
 CONFIG = Path(__file__).resolve().parents[1] / "conf" / "model" / "lexical.yaml"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -181,17 +184,6 @@ def test_parameter_count_formula():
     assert count_trainable_parameters(small) == 1000 * 3 + 3 * 3 + 3
 
 
-def test_overfits_24_hand_made_pairs():
-    torch.manual_seed(4)
-    rows = demo_pairs(24, seed=11)  # templated English pairs, 8 per class
-    vocab = Vocabulary.build(tokenize(r[k]) for r in rows for k in ("premise", "hypothesis"))
-    p_ids, p_mask = encode(vocab, [r["premise"] for r in rows])
-    h_ids, h_mask = encode(vocab, [r["hypothesis"] for r in rows])
-    labels = torch.tensor([r["label"] for r in rows])
-    model = LexicalClassifier(embedding(), num_classes=3, num_buckets=2**16)
-    assert fits_exactly(model, (p_ids, p_mask, h_ids, h_mask,), labels, lr=0.05)
-
-
 def test_config_builds_the_model():
     # Composition with train.yaml is covered by test_configs (every conf/model option).
     cfg = OmegaConf.load(CONFIG)
@@ -233,3 +225,129 @@ def test_l2_penalty_is_sklearns_objective():
     assert net.regularization_loss().item() == pytest.approx(expected)
     with pytest.raises(ConfigError, match="l2"):
         LexicalClassifier(embedding(), num_classes=3, num_buckets=64, l2=-1.0)
+
+
+def test_lexical_model_trains_and_evaluates(pair_files, tmp_path):
+    """The lexical floor runs through the same pipeline as every neural model: checkpoint,
+    eval-mode train accuracy, results.json with the recipe's budget, and eval.py from the
+    checkpoint alone."""
+    cfg = compose_cfg(["model=lexical", "model.net.num_buckets=4096", *FAST,
+                       *file_overrides(pair_files), "trainer.max_epochs=3"], tmp_path)
+    metrics = train(cfg)
+    assert 0.0 <= metrics["train/acc_eval"] <= 1.0 and 0.0 <= metrics["test/acc"] <= 1.0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["budget"] == {"max_epochs": 3, "configured_max_epochs": 1}  # the recipe's
+    best = results["best_checkpoint"]
+    evaluated = evaluate(compose_cfg([f"ckpt_path={best}", "split=test",
+                                      "trainer.enable_model_summary=false"], tmp_path / "eval",
+                                     config_name="eval"))
+    assert evaluated["test/acc"] == pytest.approx(metrics["test/acc"])
+
+
+def test_features_in_chunks_and_the_training_memo_change_nothing():
+    torch.manual_seed(5)
+    model = LexicalClassifier(embedding(), num_classes=3, num_buckets=4096, feature_chunk=1024)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    p_ids, p_mask = pad_batch(random_sentences((3, 14, 6, 9, 2), VOCAB))
+    h_ids, h_mask = pad_batch(random_sentences((4, 2, 12, 7, 5), VOCAB))
+    whole = model(p_ids, p_mask, h_ids, h_mask)["logits"]
+    model.feature_chunk = 2  # chunks of 2 pairs, each cut to its own longest sentences
+    torch.testing.assert_close(model(p_ids, p_mask, h_ids, h_mask)["logits"], whole)
+    model.train()
+    first = model(p_ids, p_mask, h_ids, h_mask)["logits"]
+    assert model._memo is not None  # kept for L-BFGS's next evaluation of this batch
+    torch.testing.assert_close(model(p_ids, p_mask, h_ids, h_mask)["logits"], first)
+    other = h_ids.clone()
+    other[:, 0] = (other[:, 0] % (VOCAB - 2)) + 1  # other tensors: features computed again
+    assert not torch.equal(model(p_ids, p_mask, other, h_mask)["logits"], first)
+    model.eval()
+    model(p_ids, p_mask, h_ids, h_mask)
+    assert model._memo is None  # evaluation keeps nothing
+
+
+def noisy_pairs(n: int, seed: int) -> list[dict]:
+    """Pairs from 40 words whose label follows overlap and a negation word, 25 % flipped: a
+    task a lexical classifier learns, but not perfectly (so accuracies can differ)."""
+    rng = torch.Generator().manual_seed(seed)
+    words = [f"w{i}" for i in range(40)]
+
+    def pick(k: int) -> list[str]:
+        return [words[int(i)] for i in torch.randint(0, len(words), (k,), generator=rng)]
+
+    rows = []
+    for _ in range(n):
+        premise = pick(int(torch.randint(5, 10, (1,), generator=rng)))
+        label = int(torch.randint(0, 3, (1,), generator=rng))
+        kept = [premise[int(i)] for i in torch.randint(0, len(premise), (3,), generator=rng)]
+        hypothesis = {0: kept + pick(1), 1: kept[:1] + pick(3), 2: kept[:2] + ["not"] + pick(1)}
+        text = " ".join(hypothesis[label])
+        if float(torch.rand(1, generator=rng)) < 0.25:  # the gold label, drawn again
+            label = int(torch.randint(0, 3, (1,), generator=rng))
+        rows.append({"premise": " ".join(premise), "hypothesis": text, "label": label})
+    return rows
+
+
+def test_convex_recipe_reaches_sklearns_optimum(tmp_path):
+    """``model=lexical`` through the real pipeline (full-batch L-BFGS, one epoch) against
+    scikit-learn's LogisticRegression fit on the same feature matrix with the same L2:
+    test accuracies within 0.3 points, objectives within 1e-5 (relative)."""
+    sklearn = pytest.importorskip("sklearn.linear_model")
+    import numpy as np
+    from scipy import sparse
+    from scipy.special import logsumexp
+    from torch.utils.data import DataLoader
+
+    from entailment_lab.data.batching import PadCollator
+    from entailment_lab.data.demo import write_jsonl
+    from entailment_lab.pipeline import build_datamodule
+
+    files = {split: str(write_jsonl(noisy_pairs(n, seed), tmp_path / "data" / f"{split}.jsonl"))
+             for split, n, seed in (("train", 400, 1), ("validation", 100, 2), ("test", 400, 3))}
+    l2, buckets = 1e-2, 4096
+    fast = [o for o in FAST if not o.startswith("data.batch_size")]
+    cfg = compose_cfg(["model=lexical", f"model.net.num_buckets={buckets}", f"model.net.l2={l2}",
+                       *fast, *(f"data.files.{s}={p}" for s, p in files.items())],
+                      tmp_path / "run")
+    assert cfg.optimizer._target_ == "torch.optim.LBFGS" and cfg.trainer.max_epochs == 1
+    metrics = train(cfg)
+    best = torch.load(next((tmp_path / "run" / "checkpoints").glob("epoch_*.ckpt")),
+                      weights_only=True)["state_dict"]
+    W = np.concatenate([best["net.bag.weight"].double().numpy().T,  # (3, buckets + n_dense)
+                        best["net.dense.weight"].double().numpy()], axis=1)
+    b = best["net.bias"].double().numpy()  # (3,)
+
+    # The same feature matrix: the run's vocabulary (rebuilt from the same files) and features.
+    datamodule = build_datamodule(cfg.data)
+    net = instantiate(cfg.model.net, embedding=embedding(), num_classes=3, _convert_="all").eval()
+
+    def features(split: str) -> tuple[sparse.csr_matrix, np.ndarray]:
+        batch = next(iter(DataLoader(datamodule.splits[split], batch_size=10_000,
+                                     collate_fn=PadCollator(datamodule.keys))))
+        ids, counts, dense = net.bag_inputs(batch["premise"], batch["premise_mask"],
+                                            batch["hypothesis"], batch["hypothesis_mask"])
+        indptr = np.concatenate([[0], counts.cumsum(0).numpy()])
+        hashed = sparse.csr_matrix((np.ones(len(ids)), ids.numpy(), indptr),
+                                   shape=(len(counts), buckets))
+        return sparse.hstack([hashed, dense.double().numpy()]).tocsr(), batch["label"].numpy()
+
+    (x_train, y_train), (x_test, y_test) = features("train"), features("test")
+    ours_test = np.mean(np.argmax(x_test @ W.T + b, axis=1) == y_test)
+    assert ours_test == pytest.approx(metrics["test/acc"], abs=1e-6)  # the matrix is the run's
+
+    n = x_train.shape[0]
+    reference = sklearn.LogisticRegression(C=1.0 / (l2 * n), solver="lbfgs", tol=1e-10,
+                                           max_iter=10_000).fit(x_train, y_train)
+
+    def objective(weights: np.ndarray, bias: np.ndarray) -> float:
+        """Mean cross-entropy + l2/2 · ‖W‖² (bias not penalised): sklearn's, divided by C·N."""
+        z = x_train @ weights.T + bias  # (N, 3)
+        loss = logsumexp(z, axis=1) - z[np.arange(n), y_train]
+        return float(loss.mean() + 0.5 * l2 * np.square(weights).sum())
+
+    ours, theirs = objective(W, b), objective(reference.coef_, reference.intercept_)
+    assert theirs <= ours <= theirs * (1 + 1e-5), (ours, theirs)
+    assert 0.5 < reference.score(x_test, y_test) < 0.99  # a task where accuracies can differ
+    assert abs(100 * ours_test - 100 * reference.score(x_test, y_test)) <= 0.3, (
+        ours_test, reference.score(x_test, y_test))

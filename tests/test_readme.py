@@ -140,6 +140,16 @@ def _report_command(args: list[str], tmp_path: Path) -> None:
     if "--leaderboard" in args:  # regenerating the tables: checked, never written, here
         assert main([*args, "--check"]) == 0
         return
+    if "--wandb-workspace" in args:  # the dashboard: its spec written into tmp, never saved
+        import json
+
+        spec = tmp_path / "dashboard.json"
+        if "--dry-run" in args:
+            at = args.index("--dry-run")
+            args = [*args[:at], *args[at + 2:]]
+        assert main([*args, "--dry-run", str(spec)]) == 0
+        assert json.loads(spec.read_text(encoding="utf-8"))["sections"]
+        return
 
     paths = []
     for arg in args:

@@ -13,30 +13,19 @@ port's code; nothing of it is needed here.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.models.mlstm import MatchLSTM
-
-FIXTURE = Path(__file__).parent / "references" / "mlstm.pt"
+from tests.conftest import assert_reference_logits, reference_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("case", ["separate", "default"])
 def test_logits_equal_the_ports(case):
-    ref = torch.load(FIXTURE, weights_only=True)
-    embedding = nn.Embedding.from_pretrained(ref["embeddings"], freeze=True, padding_idx=0)
-    stored = ref["cases"][case]
-    model = MatchLSTM(embedding, num_classes=3, **stored["config"]).double().eval()
-    model.load_state_dict(stored["state_dict"])
+    model, ref, stored = reference_model(MatchLSTM, "mlstm", case)
     with torch.no_grad():
         logits = model(ref["premise"], ref["premise_mask"], ref["hypothesis"],
                        ref["hypothesis_mask"])["logits"]
-    theirs = stored["logits"]
-    assert (theirs.max(dim=0).values - theirs.min(dim=0).values).min() > 0.05  # pairs differ
-    assert logits.dtype == torch.float64 and logits.shape == (5, 3)
-    torch.testing.assert_close(logits, theirs, rtol=0, atol=1e-12)
+    assert_reference_logits(logits, stored["logits"])

@@ -14,29 +14,19 @@ no tanh in Eq. 13, r_N of the wrong word) changes α or the logits far beyond th
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.models.wbw_attention import WordByWordAttention
-
-FIXTURE = Path(__file__).parent / "references" / "wbw_attention.pt"
+from tests.conftest import assert_reference_logits, reference_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_logits_and_attention_equal_the_reference():
-    ref = torch.load(FIXTURE, weights_only=True)
-    embedding = nn.Embedding.from_pretrained(ref["embeddings"], freeze=True, padding_idx=0)
-    model = WordByWordAttention(embedding, num_classes=3, **ref["config"]).double().eval()
-    model.load_state_dict(ref["state_dict"])
+    model, ref, _ = reference_model(WordByWordAttention, "wbw_attention")
     with torch.no_grad():
         out = model(ref["premise"], ref["premise_mask"], ref["hypothesis"],
                     ref["hypothesis_mask"], return_details=True)
-    theirs = ref["logits"]
-    assert (theirs.max(dim=0).values - theirs.min(dim=0).values).min() > 0.05  # pairs differ
-    assert out["logits"].dtype == torch.float64 and out["logits"].shape == (5, 3)
     torch.testing.assert_close(out["attention"], ref["attention"], rtol=0, atol=1e-12)
-    torch.testing.assert_close(out["logits"], theirs, rtol=0, atol=1e-12)
+    assert_reference_logits(out["logits"], ref["logits"])

@@ -86,10 +86,11 @@ class ResultsRecorder(L.Callback):
         best = getattr(checkpoint, "best_model_path", "") if checkpoint else ""
         self.results.update(history=self.history, best_checkpoint=best or None,
                             metrics=self.metrics)
-        if trainer.is_global_zero:  # what the report reads back from W&B to judge a cap
+        if trainer.is_global_zero:  # what the report reads back from W&B (a cap; train acc)
+            summary = ("epochs", "stopped_by", "train/acc_at_best")
             for lg in _wandb(trainer):
-                lg.experiment.summary.update({k: self.metrics[k]
-                                              for k in ("epochs", "stopped_by")})
+                lg.experiment.summary.update({k: self.metrics[k] for k in summary
+                                              if self.metrics.get(k) is not None})
         self._save(trainer)
 
     # --- test --------------------------------------------------------------------------------

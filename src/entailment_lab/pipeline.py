@@ -108,8 +108,7 @@ def _run_summary(cfg: DictConfig) -> dict[str, Any]:
         from hydra.core.hydra_config import HydraConfig
 
         hc = HydraConfig.get()
-        choices = {k: v for k, v in hc.runtime.choices.items()
-                   if not k.startswith("hydra") and v is not None}
+        choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
         # `budget` is an optional choice made by interpolation (${experiment}/${recipe}, in
         # conf/train.yaml): name it only where such a budget exists and was merged
         if choices.get("budget") not in budget_options():

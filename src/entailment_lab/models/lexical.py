@@ -6,8 +6,11 @@ of the pair (78.2 % SNLI test accuracy): BLEU, length difference, overlap, hypot
 cross-unigrams and cross-bigrams. This is that classifier in torch, so that it trains in the same
 LightningModule, data pipeline and results files as every neural model: the floor the neural
 rows are read against. Features come from token ids and indicators are hashed into
-``num_buckets`` weights. The feature list, the choices (no POS tags offline, hashing,
-indicators, BLEU smoothing, padding) and the parameter count: ``docs/models/lexical.md``.
+``num_buckets`` weights. The loss is convex, and the recipe (``conf/recipe/lexical.yaml``)
+fits it to its optimum: full-batch L-BFGS, one epoch, as scikit-learn's LogisticRegression
+would (tested against it). The feature list, the choices (no POS tags offline, hashing,
+indicators, BLEU smoothing, padding), the fitting and the parameter count:
+``docs/models/lexical.md``.
 """
 
 from __future__ import annotations
@@ -182,8 +185,8 @@ class LexicalClassifier(Network):
 
     @classmethod
     def validate_config(cls, **net_config: Any) -> None:
-        """Bucket count, n-gram and bucket sizes, the cross-bigram choice, ``l2`` >= 0, and at
-        least one feature family on."""
+        """Bucket count, n-gram and bucket sizes, the cross-bigram choice, ``l2`` >= 0, the
+        feature chunk, and at least one feature family on."""
         num_buckets = net_config.get("num_buckets", 2**20)
         if not isinstance(num_buckets, int) or not 1 <= num_buckets <= _PRIME:
             raise ConfigError(f"model.net.num_buckets must be an integer in [1, 2**31 - 1], got "
@@ -202,6 +205,9 @@ class LexicalClassifier(Network):
                               f"of {', '.join(families)}")
         if net_config.get("l2", 0.0) < 0:
             raise ConfigError(f"model.net.l2 must be >= 0, got {net_config['l2']}")
+        chunk = net_config.get("feature_chunk", 1024)
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ConfigError(f"model.net.feature_chunk must be an integer >= 1, got {chunk!r}")
 
     def __init__(
         self,
@@ -225,6 +231,8 @@ class LexicalClassifier(Network):
         premise_unigrams: bool = False,
         binary: bool = True,
         l2: float = 0.0,
+        feature_chunk: int = 1024,
+        cache_features: bool = True,
     ) -> None:
         super().__init__()
         self.validate_config(
@@ -235,9 +243,15 @@ class LexicalClassifier(Network):
             hypothesis_unigrams=hypothesis_unigrams, hypothesis_bigrams=hypothesis_bigrams,
             cross_unigrams=cross_unigrams, cross_bigrams=cross_bigrams,
             cross_bigram_pairs=cross_bigram_pairs, premise_unigrams=premise_unigrams, l2=l2,
+            feature_chunk=feature_chunk,
         )
         check_num_classes(num_classes)
         self.l2 = l2
+        self.feature_chunk = feature_chunk
+        # Training-mode memo of the last batch's features (``bag_inputs``): a full-batch
+        # L-BFGS step evaluates the same batch tens of times. Not module state: no checkpoint.
+        self.cache_features = cache_features
+        self._memo: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None = None
         del embedding  # not used, and not stored: no word vectors in the checkpoint/optimiser
         self.num_buckets = num_buckets
         self.bleu, self.bleu_max_n = bleu, bleu_max_n
@@ -354,6 +368,52 @@ class LexicalClassifier(Network):
         valid = (ids < buckets) & (ids != previous)
         return ids.masked_fill(~valid, 0), valid
 
+    def bag_inputs(
+        self,
+        premise: torch.Tensor,
+        premise_mask: torch.Tensor,
+        hypothesis: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every feature of a batch: ``flat_ids`` (total,) the valid hashed ids, pair by pair;
+        ``num_hashed`` (batch,) how many belong to each pair; ``dense`` (batch, n_dense).
+
+        Computed ``feature_chunk`` pairs at a time, each chunk cut to its own longest premise
+        and hypothesis (the cross features are (chunk, len_p, len_h): a full-batch step over
+        8.8k pairs padded to the batch's longest would need gigabytes). In training mode with
+        ``cache_features``, the same batch tensors as the last call (the same objects: an
+        L-BFGS step re-evaluates its batch through Lightning's closure) reuse the last result.
+        """
+        key = (premise, premise_mask, hypothesis, hypothesis_mask)
+        memo = self.training and self.cache_features
+        if memo and self._memo is not None and all(
+                a is b for a, b in zip(self._memo[0], key, strict=True)):
+            flat_ids, num_hashed, dense = self._memo[1]
+            return flat_ids, num_hashed, dense
+        self._memo = None  # never hold an earlier batch's features past this call
+        flat, counts, dense_rows = [], [], []
+        for start in range(0, premise.size(0), self.feature_chunk):
+            rows = slice(start, start + self.feature_chunk)
+            p, p_mask = left_align(premise[rows], premise_mask[rows])  # (b, Lp)
+            h, h_mask = left_align(hypothesis[rows], hypothesis_mask[rows])  # (b, Lh)
+            len_p = max(int(p_mask.sum(dim=1).max()), 1)
+            len_h = max(int(h_mask.sum(dim=1).max()), 1)
+            p, p_mask, h, h_mask = p[:, :len_p], p_mask[:, :len_p], h[:, :len_h], h_mask[:, :len_h]
+            dense_rows.append(self.dense_features(p, p_mask, h, h_mask))  # (b, n_dense)
+            if self.bag is not None:
+                ids, valid = self.feature_ids(p, p_mask, h, h_mask)  # (b, slots)
+                flat.append(ids[valid])
+                counts.append(valid.sum(dim=1))  # (b,)
+        dense = torch.cat(dense_rows, dim=0)  # (B, n_dense)
+        if self.bag is None:
+            flat_ids = torch.zeros(0, dtype=torch.long, device=premise.device)
+            num_hashed = torch.zeros(premise.size(0), dtype=torch.long, device=premise.device)
+        else:
+            flat_ids, num_hashed = torch.cat(flat), torch.cat(counts)  # (total,), (B,)
+        if memo:
+            self._memo = (key, (flat_ids, num_hashed, dense))
+        return flat_ids, num_hashed, dense
+
     def forward(
         self,
         premise: torch.Tensor,
@@ -366,15 +426,13 @@ class LexicalClassifier(Network):
         and ``num_hashed_features`` (batch,), the active indicators of each pair."""
         batch = premise.size(0)
         logits = self.bias.expand(batch, -1)  # (B, C)
-        dense = self.dense_features(premise, premise_mask, hypothesis, hypothesis_mask)
+        flat_ids, num_hashed, dense = self.bag_inputs(premise, premise_mask, hypothesis,
+                                                      hypothesis_mask)
         if self.dense is not None:
             logits = logits + self.dense(dense.to(self.dense.weight.dtype))  # (B, C)
-        num_hashed = torch.zeros(batch, dtype=torch.long, device=premise.device)
         if self.bag is not None:
-            ids, valid = self.feature_ids(premise, premise_mask, hypothesis, hypothesis_mask)
-            num_hashed = valid.sum(dim=1)  # (B,)
             offsets = num_hashed.cumsum(dim=0) - num_hashed  # start of each pair's bag
-            logits = logits + self.bag(ids[valid], offsets)  # (B, C): sum of its weights
+            logits = logits + self.bag(flat_ids, offsets)  # (B, C): sum of its weights
         out = {"logits": logits}
         if return_details:
             out["dense_features"] = dense  # (B, n_dense), columns: self.dense_names

@@ -1,0 +1,167 @@
+"""The project's W&B dashboard as code: ``python src/report.py --wandb-workspace ENTITY/PROJECT``.
+
+Builds one W&B workspace with ``wandb-workspaces`` and saves it to the project; ``--dry-run
+OUT.json`` writes its spec instead (no network). What it shows, from the keys a run logs
+(``callbacks.ResultsRecorder``, ``explain.HeatmapLogger``; ``tests/test_dashboard.py`` checks
+every key against a real offline run):
+
+- the runs table: runs tagged ``table2``, grouped by row (config ``model.name``, then ``dim``:
+  one Table 2 row is one model at one size; rows 10 and 12 are one setting), with the summary
+  columns below;
+- "Table 2: mean ± std per row": one bar chart a metric, mean ± std over a row's runs (seeds);
+- "Accuracy vs parameters": test accuracy against the parameter count in the paper's
+  convention (log scale), and the paper's points beside it as a Markdown table (a workspace
+  panel plots runs only, so the published points cannot be drawn in the same chart);
+- "Validation curves": ``val/acc`` by epoch, mean ± std per row;
+- "Heat maps": the media panel of ``test/heatmaps``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from entailment_lab.errors import UserError
+from entailment_lab.online import unreachable
+from entailment_lab.paper_tables import TABLE2
+
+NAME = "Table 2 (entailment-lab)"
+TAG = "table2"  # every Table 2 experiment file tags its runs so (conf/experiment/table2/)
+ROW_KEYS = ("model.name", "dim")  # config keys that name a row: the runs table's grouping
+# Summary columns of the runs table, and the metrics shown as mean ± std per row.
+COLUMNS = ("test/acc", "val/acc_best", "train/acc_eval", "params/trainable",
+           "params/paper_convention", "epochs", "stopped_by")
+MEAN_STD = ("test/acc", "val/acc_best", "params/trainable", "params/paper_convention")
+ACCURACY, PARAMS = "test/acc", "params/paper_convention"  # the scatter's y and x
+CURVE_X, CURVE_Y = "epoch", "val/acc"  # history keys of the validation curves
+HEATMAPS = "test/heatmaps"  # explain.HeatmapLogger's image key
+MAX_RUNS = 100  # runs (or groups) a panel draws; W&B's default, 10, hides most of Table 2
+
+
+def paper_points_markdown() -> str:
+    """The paper's Table 2 points (test accuracy, parameters) as a Markdown table, by size."""
+    lines = ["**The paper's Table 2** (SNLI test accuracy; parameters without word "
+             "embeddings, the convention of `params/paper_convention`)", "",
+             "| row | model | parameters | test % | test/acc | our config |",
+             "| ---: | --- | ---: | ---: | ---: | --- |"]
+    for row in sorted(TABLE2, key=lambda r: (r.para_count or 0, r.row)):
+        ours = (f"{row.model}" + (f", dim {row.dim}" if row.dim else "")) if row.model \
+            else "not implemented"
+        if row.not_comparable:
+            ours += " (not comparable)"
+        lines.append(f"| {row.row} | {row.description} | {row.para} ({row.para_count:,}) | "
+                     f"{row.test:.1f} | {row.test / 100:.3f} | {ours} |")
+    return "\n".join(lines)
+
+
+def build_workspace(entity: str, project: str) -> Any:
+    """The workspace (a ``wandb_workspaces.workspaces.Workspace``); builds offline."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+    from wandb_workspaces import expr
+
+    grouped = {"groupby_aggfunc": "mean", "groupby_rangefunc": "stddev"}  # over a row's runs
+    sections = [
+        ws.Section(name="Table 2: mean ± std per row", is_open=True, panels=[
+            wr.BarPlot(title=f"{key}: mean ± std per row", metrics=[key], **grouped)
+            for key in MEAN_STD]),
+        ws.Section(name="Accuracy vs parameters", is_open=True, panels=[
+            wr.ScatterPlot(title=f"{ACCURACY} vs {PARAMS} (our runs)",
+                           x=wr.SummaryMetric(PARAMS), y=wr.SummaryMetric(ACCURACY),
+                           log_x=True),
+            wr.MarkdownPanel(markdown=paper_points_markdown())]),
+        ws.Section(name="Validation curves", is_open=True, panels=[
+            wr.LinePlot(title=f"{CURVE_Y} by {CURVE_X}: mean ± std per row", x=CURVE_X,
+                        y=[CURVE_Y], **grouped)]),
+        ws.Section(name="Heat maps", is_open=True, panels=[
+            wr.MediaBrowser(title="test pairs: heat maps (Fig. 2, Fig. 3)",
+                            media_keys=[HEATMAPS])]),
+    ]
+    runset = ws.RunsetSettings(
+        filters=[expr.Tags().isin([TAG])],
+        groupby=[expr.Config(key) for key in ROW_KEYS],
+        pinned_columns=[*(_config_column(key) for key in ROW_KEYS),
+                        *(f"summary:{key}" for key in COLUMNS)])
+    return ws.Workspace(entity=entity, project=project, name=NAME, sections=sections,
+                        settings=ws.WorkspaceSettings(max_runs=MAX_RUNS),
+                        runset_settings=runset)
+
+
+def workspace_spec(workspace: Any) -> dict[str, Any]:
+    """The workspace as JSON-ready data: its public fields (pydantic's dump; no panel ids),
+    each panel with its ``type``, and the library's version."""
+    from pydantic import TypeAdapter
+
+    spec = _public(TypeAdapter(type(workspace)).dump_python(workspace, mode="json",
+                                                            exclude_none=True))
+    for section, dumped in zip(workspace.sections, spec["sections"], strict=True):
+        dumped["panels"] = [{"type": type(panel).__name__, **data}
+                            for panel, data in zip(section.panels, dumped["panels"],
+                                                   strict=True)]
+    return {"wandb_workspaces": version("wandb-workspaces"), **spec}
+
+
+def write_spec(project: str, out: str | Path) -> Path:
+    """``--dry-run``: the spec of ``ENTITY/PROJECT``'s workspace as JSON in ``out``."""
+    entity, name = _split(project)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec = workspace_spec(build_workspace(entity, name))
+    out.write_text(json.dumps(spec, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return out
+
+
+def save_workspace(project: str) -> str:
+    """Build the workspace and save it to ``ENTITY/PROJECT`` as a new view; its URL."""
+    entity, name = _split(project)
+    _check_reachable()
+    workspace = build_workspace(entity, name)
+    try:
+        return str(workspace.save().url)
+    except Exception as err:  # no API key, auth, unknown project, HTTP errors: all one line
+        first = next(iter(str(err).strip().splitlines()), "") or type(err).__name__
+        raise UserError(f"W&B: cannot save the workspace to {project}: {first}") from err
+
+
+def _split(project: str) -> tuple[str, str]:
+    entity, _, name = project.partition("/")
+    if not entity or not name or "/" in name:
+        raise UserError(f"--wandb-workspace wants ENTITY/PROJECT, got {project!r}")
+    return entity, name
+
+
+def _check_reachable(timeout: float = 3.0) -> None:
+    """Fail in seconds, with one line, when the W&B API cannot be reached (or W&B is off)."""
+    mode = os.environ.get("WANDB_MODE", "")
+    if mode in ("offline", "disabled", "dryrun"):
+        raise UserError(f"--wandb-workspace needs the W&B API but WANDB_MODE={mode}; unset "
+                        "WANDB_MODE, or write the spec only: --dry-run dashboard.json")
+    url = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+    reason = unreachable(url, timeout)
+    if reason is None:
+        return
+    parsed = urlparse(url)
+    host = parsed.hostname or "api.wandb.ai"
+    port = parsed.port or (80 if parsed.scheme == "http" else 443)
+    raise UserError(f"cannot reach the W&B API at {host}:{port} within {timeout:g} s: {reason}; "
+                    "check the network, or write the spec only: --dry-run dashboard.json")
+
+
+def _config_column(key: str) -> str:
+    """A runs-table column of a (nested) config key: ``model.name`` -> ``config:model.value.name``
+    (W&B stores each top-level config value under ``value``)."""
+    top, _, rest = key.partition(".")
+    return f"config:{top}.value" + (f".{rest}" if rest else "")
+
+
+def _public(data: Any) -> Any:
+    """``data`` without the library's internal fields (names starting with ``_``)."""
+    if isinstance(data, dict):
+        return {k: _public(v) for k, v in data.items() if not str(k).startswith("_")}
+    if isinstance(data, list):
+        return [_public(v) for v in data]
+    return data

@@ -1,0 +1,158 @@
+"""The W&B dashboard as code (``src/report.py --wandb-workspace``): its spec, built offline, uses
+only keys that a real offline W&B run of the platform logs, so a renamed metric breaks it."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf.message import DecodeError
+
+from entailment_lab.paper_tables import TABLE2
+from entailment_lab.pipeline import train
+from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+from tests.test_stops import wandb_records
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+MAIN = runpy.run_path(str(REPO / "src/report.py"))["main"]
+
+
+def _records(run_file: Path, timeout: float = 30.0) -> list:
+    """The offline run's records once its ``exit`` record is written (the file may still be
+    being flushed when ``wandb.finish`` returns)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            records = wandb_records(run_file)
+            if any(r.WhichOneof("record_type") == "exit" for r in records):
+                return records
+        except DecodeError:  # a record cut at the end of what is written so far
+            if time.monotonic() > deadline:
+                raise
+        assert time.monotonic() < deadline, f"{run_file}: no exit record"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def logged(pair_files, tmp_path_factory) -> dict:
+    """What one tiny DIN run (heat maps need a network with analysis maps) logs to an offline
+    W&B run: history and summary keys (a media value's ``_type`` kept), and the config."""
+    tmp = tmp_path_factory.mktemp("wandb_run")
+    cfg = compose_cfg(["model=din1", "dim=16", *FAST, *file_overrides(pair_files),
+                       "trainer.max_epochs=1", "logger=wandb"], tmp)
+    train(cfg)
+    [run_file] = tmp.glob("wandb/offline-run-*/run-*.wandb")
+    keys: dict[str, dict[str, object]] = {"history": {}, "summary": {}}
+    config: dict[str, object] = {}
+    for record in _records(run_file):
+        kind = record.WhichOneof("record_type")
+        if kind in keys:
+            items = record.history.item if kind == "history" else record.summary.update
+            for item in items:
+                path = list(item.nested_key) or [item.key]
+                value = json.loads(item.value_json)
+                keys[kind].setdefault(path[0], {} if len(path) > 1 else value)
+                if len(path) > 1:  # a media value, flattened: test/heatmaps/_type, ...
+                    keys[kind][path[0]][path[1]] = value
+        elif kind == "config":
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+    return {**keys, "config": config}
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory) -> dict:
+    """The spec as ``--dry-run`` writes it, through ``src/report.py``'s main (no network)."""
+    out = tmp_path_factory.mktemp("dashboard") / "dashboard.json"
+    assert MAIN(["--wandb-workspace", "someone/entailment-lab", "--dry-run", str(out)]) == 0
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _panels(spec: dict, kind: str) -> list[dict]:
+    return [p for s in spec["sections"] for p in s["panels"] if p["type"] == kind]
+
+
+def _config_value(config: dict, dotted: str) -> object:
+    node: object = config
+    for part in dotted.split("."):
+        assert isinstance(node, dict) and part in node, f"config key {dotted} not logged"
+        node = node[part]
+    return node
+
+
+def test_every_metric_key_of_the_spec_is_logged_by_a_real_run(spec, logged):
+    history, summary = logged["history"], logged["summary"]
+    used = {"summary": set(), "history": set()}
+    for plot in _panels(spec, "BarPlot"):  # a bar is a run's summary value
+        used["summary"].update(plot["metrics"])
+    for plot in _panels(spec, "ScatterPlot"):
+        used["summary"].update({plot["x"]["name"], plot["y"]["name"]})
+    for plot in _panels(spec, "LinePlot"):
+        used["history"].update([plot["x"], *plot["y"]])
+    columns = spec["runset_settings"]["pinned_columns"]
+    used["summary"].update(c.removeprefix("summary:") for c in columns
+                           if c.startswith("summary:"))
+    assert used["summary"] >= {"test/acc", "val/acc_best", "params/trainable",
+                               "params/paper_convention"}
+    assert used["history"] >= {"epoch", "val/acc"}
+    for where, logged_keys in (("summary", summary), ("history", history)):
+        missing = sorted(used[where] - set(logged_keys))
+        assert not missing, f"the spec uses {missing}, not in a run's {where}"
+    [media] = _panels(spec, "MediaBrowser")
+    assert media["media_keys"] == ["test/heatmaps"]
+    for key in media["media_keys"]:  # logged as images, at test time
+        assert str(summary[key]["_type"]).startswith("images/"), summary[key]
+        assert summary[key]["count"] > 0
+
+
+def test_runs_are_grouped_by_row_through_logged_config_keys(spec, logged):
+    runset = spec["runset_settings"]
+    groupby = [g["name"] for g in runset["groupby"]]
+    assert groupby == ["model.name", "dim"]
+    assert _config_value(logged["config"], "model.name") == "din1"
+    assert _config_value(logged["config"], "dim") == 16
+    for key in groupby:  # the table shows the grouping keys as W&B names nested config keys
+        top, _, rest = key.partition(".")
+        assert f"config:{top}.value" + (f".{rest}" if rest else "") in runset["pinned_columns"]
+    # The runs filter is the tag every Table 2 experiment file gives its runs.
+    assert runset["filters"] == "Metric(\"Tags\") in ['table2']"
+    files = sorted((REPO / "conf/experiment/table2").glob("row*.yaml"))
+    assert len(files) == len(TABLE2)
+    for file in files:
+        tags = yaml.safe_load(file.read_text())["tags"]
+        assert "table2" in tags and file.stem in tags, file.name
+
+
+def test_mean_and_std_per_row_and_the_papers_points(spec):
+    for plot in [*_panels(spec, "BarPlot"), *_panels(spec, "LinePlot")]:
+        assert (plot["groupby_aggfunc"], plot["groupby_rangefunc"]) == ("mean", "stddev")
+        assert "groupby" not in plot  # the runset's grouping (row), not a panel's own
+    [scatter] = _panels(spec, "ScatterPlot")
+    assert (scatter["x"]["name"], scatter["y"]["name"], scatter["log_x"]) == \
+        ("params/paper_convention", "test/acc", True)
+    [paper] = _panels(spec, "MarkdownPanel")
+    rows = [line for line in paper["markdown"].splitlines() if line.startswith("| ")][2:]
+    assert len(rows) == len(TABLE2)
+    for row in TABLE2:
+        [line] = [r for r in rows if r.startswith(f"| {row.row} |")]
+        assert f"| {row.test:.1f} |" in line and f"{row.para_count:,}" in line
+    assert spec["settings"]["max_runs"] >= 3 * len(TABLE2)  # three seeds a row fit
+
+
+def test_saving_fails_fast_in_one_line_when_offline(monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert MAIN(["--wandb-workspace", "someone/entailment-lab"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --wandb-workspace needs the W&B API") and "\n" not in err
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # the discard port: refused
+    started = time.monotonic()
+    assert MAIN(["--wandb-workspace", "someone/entailment-lab"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot reach the W&B API at 127.0.0.1:9") and "\n" not in err
+    assert time.monotonic() - started < 10
+    assert MAIN(["--wandb-workspace", "entailment-lab", "--dry-run", "x.json"]) == 1
+    assert "wants ENTITY/PROJECT" in capsys.readouterr().err
