@@ -86,20 +86,15 @@ _RLSTM_RECONSTRUCTION = (
 # Row 4's experiment file: 100-d GloVe 6B vectors, the size its authors' papers name.
 _ROW04_BODY = """\
 # With the platform's 300-d GloVe 840B vectors instead (293,703 parameters):
-#   python src/train.py experiment=table2/row04 embeddings.path=/data/glove.840B.300d.txt \\
-#     embeddings.dim=300 data.lowercase=false
-# Offline (no hub, no GloVe file): the GloVe 6B 50-d package (its reader takes no path or size)
-# and local files in the hub's schema:
-#   python src/train.py experiment=table2/row04 embeddings=glove6b50d '~embeddings.path' \\
-#     '~embeddings.dim' data.files.train=PATH data.files.validation=PATH data.files.test=PATH
+#   python src/train.py experiment=table2/row04 embeddings=glove840b data.lowercase=false
+# Offline (no hub, no GloVe file): the GloVe 6B 50-d package and local files in the hub's schema:
+#   python src/train.py experiment=table2/row04 embeddings=glove6b50d \\
+#     data.files.train=PATH data.files.validation=PATH data.files.test=PATH
 defaults:
   - override /data: snli
   - override /model: tclstm
-  - override /embeddings: glove840b   # the GloVe text-file reader; path and size set below
+  - override /embeddings: glove6b100d   # 100-d GloVe 6B, the papers' size (conf/embeddings/)
 dim: 50
-embeddings:
-  path: ${oc.env:GLOVE100_PATH,${paths.data_dir}/glove.6B.100d.txt}
-  dim: 100
 data:
   lowercase: true         # GloVe 6B is lower-cased
 tags: [table2, row04, tclstm, d50]
@@ -132,9 +127,7 @@ TABLE2: tuple[PaperRow, ...] = (
              "above; docs/models/tclstm.md has the gap; tests pin it).\nWord vectors: 100-d "
              "GloVe, the size the C-LSTMs and DF-LSTM papers name (DF-LSTM §5.4: \"100d\n"
              "GloVe vectors\"; 840B comes in 300-d only, so the 100-d release is GloVe 6B, "
-             "lower-cased).\nDownload glove.6B.zip from https://nlp.stanford.edu/projects/"
-             "glove/ and point to the 100-d file:\n  embeddings.path=/data/glove.6B.100d.txt "
-             " (or export GLOVE100_PATH=...)",
+             "lower-cased;\nconf/embeddings/glove6b100d.yaml says where to get it).",
         recipe="Training recipe: selected by the model (conf/recipe/tclstm.yaml).",
         body=_ROW04_BODY),
     _t2(5, "300D mLSTM (Wang & Jiang)", "1.9M", 92.0, 86.1, "mlstm", 300,

@@ -208,6 +208,8 @@ def headline_table(rows: Sequence[Row], root: Path) -> str:
                      r.dim in (dim, None) and r.train_size is None and
                      r.label.count("`") == 0 and  # the model's own settings, no extra knob
                      not any(f.startswith("reduced") for f in r.flags)]
+            # today's protocol first (every run trained its budget), then the most runs
+            found.sort(key=lambda r: (any("early stopping" in f for f in r.flags), -len(r.tests)))
             cells.append(found[0].cell(found[0].tests) if found else
                          "no per-run records (run folders lost)")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
