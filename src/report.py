@@ -63,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
         return _wandb_workspace(args.wandb_workspace, args.dry_run)
     if args.dry_run:
         parser.error("--dry-run goes with --wandb-workspace ENTITY/PROJECT")
-    if not args.paths and not args.wandb:
-        parser.error("give PATH(s) or --wandb (or --leaderboard RESULTS_DIR --write DOC...)")
     try:
         report = make_report(args.paths, out=args.out, wandb_project=args.wandb,
                              wandb_group=args.group, plot=not args.no_plot,

@@ -41,6 +41,8 @@ TINY = {
                                 "--embeddings", "random", "--threads", "1"],
     "benchmarks/bench_tclstm.py": ["--steps", "1", "--warmup", "1", "--rounds", "1",
                                    "--batch", "4"],
+    "benchmarks/bench_diin.py": ["--steps", "1", "--warmup", "1", "--rounds", "1", "--batch", "4",
+                                 "--seq-length", "16", "--threads", "1"],
 }
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
        "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -213,6 +213,44 @@ class SelfAttentionEncoder(nn.Module):
         return x_tilde * mask.unsqueeze(-1), attention
 
 
+def _same_padding(conv: nn.Conv2d) -> tuple[int, int]:
+    """Rows (and columns) that ``padding="same"`` adds before and after: ``(k - 1) // 2`` before,
+    the rest after (PyTorch's rule; equal for an odd kernel)."""
+    k = conv.kernel_size[0]
+    return (k - 1) // 2, k - 1 - (k - 1) // 2
+
+
+def extend_crop(x: torch.Tensor, background: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Grow the top-left crop ``x`` (batch, c, a, b) of a map to (batch, c, rows, cols).
+
+    Outside the crop every sample's map equals ``background`` (1, c, ≥ rows, ≥ cols), so the
+    new cells are copied from it (one copy broadcast over the batch).
+    """
+    batch, _, a, b = x.shape
+    if cols > b:
+        x = torch.cat([x, background[:, :, :a, b:cols].expand(batch, -1, -1, -1)], dim=3)
+    if rows > a:
+        x = torch.cat([x, background[:, :, a:rows, :cols].expand(batch, -1, -1, -1)], dim=2)
+    return x
+
+
+def with_halo(x: torch.Tensor, background: torch.Tensor, before: int, after: int, rows: int,
+              cols: int) -> torch.Tensor:
+    """What a "same" convolution reads to give the top-left ``rows × cols`` crop of its output,
+    from the crop ``x`` (batch, c, a ≤ rows, b ≤ cols) of its input.
+
+    ``before`` rows/columns above and left: the map's own zero padding (the crop starts at the
+    map's corner); the cells right and below ``x``, ``after`` more included: ``background``
+    (1, c, H, W), or zero padding past the map. Returns (batch, c, rows + before + after, ...).
+    """
+    _, _, a, b = x.shape
+    if before == after == 0 and (rows, cols) == (a, b):
+        return x
+    padded = F.pad(background, (before, after, before, after))  # (1, c, H + k - 1, W + k - 1)
+    x = F.pad(x, (before, 0, before, 0))  # the map's top and left border
+    return extend_crop(x, padded, rows + before + after, cols + before + after)
+
+
 class DenseNetExtractor(nn.Module):
     """Feature extraction over the interaction image (paper §3.2; Huang et al. 2017).
 
@@ -220,6 +258,14 @@ class DenseNetExtractor(nn.Module):
     a dense block (``layers`` 3×3 convs, ``growth`` channels each, ReLU, each output concatenated
     to its input) and a transition (1×1 conv to ``floor(c·θ)`` channels, no activation, 2×2 max
     pool). Activations follow the official code: none on the scale-down and transition convs.
+
+    Speed, same function: the image is zero outside the top-left (p, h) box of real words, so
+    outside the reach of that box (it grows by one cell per 3×3 conv, halves with each pool)
+    every sample's feature maps equal those of an all-zero image, the *background*. The
+    background is computed once per batch at full size (batch 1); each sample's maps only on a
+    crop that covers the reach (growing conv by conv), with the crop's surroundings read from
+    the background. The
+    result (and its gradient) is the full computation's (docs/models/diin.md, "Speed").
     """
 
     def __init__(
@@ -235,6 +281,7 @@ class DenseNetExtractor(nn.Module):
         kernel: int = 3,
     ) -> None:
         super().__init__()
+        self.image_size = image_size
         channels = int(in_channels * scale_down)
         self.scale_down = nn.Conv2d(in_channels, channels, first_kernel, padding="same")
         self.blocks = nn.ModuleList()
@@ -260,12 +307,46 @@ class DenseNetExtractor(nn.Module):
         self.out_features = channels * size * size
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        # image: (batch, d, p, h) -> features (batch, out_channels · out_size²)
-        x = self.scale_down(image)  # (batch, floor(d·η), p, h)
+        # image: (batch, d, a, b), the top-left a×b crop of the (L, L) interaction image, zero
+        # outside it (a = b = L: the whole image) -> features (batch, out_channels · out_size²)
+        size = self.image_size
+        reach_a, reach_b = image.shape[2:]  # rows / columns that may differ from the background
+        background: torch.Tensor | None = image.new_zeros((1, image.size(1), size, size))
+        x = image  # this crop of every sample's map, exact; the rest is the background
+        convs_before = [self.scale_down]
         for convs, transition in zip(self.blocks, self.transitions, strict=True):
-            for conv in convs:
-                x = torch.cat([x, F.relu(conv(x))], dim=1)  # dense connectivity: c += growth
+            layers = [*convs_before, *convs]
+            for i, conv in enumerate(layers):
+                before, after = _same_padding(conv)
+                # The reach grows by `before` cells: output cell i reads input cells ≥ i - before
+                reach_a, reach_b = min(size, reach_a + before), min(size, reach_b + before)
+                rows, cols = max(reach_a, x.size(2)), max(reach_b, x.size(3))
+                if i == len(layers) - 1:  # the 2×2 pool after the block reads whole cells
+                    rows, cols = min(size, rows + rows % 2), min(size, cols + cols % 2)
+                if background is not None and rows == cols == size:  # the crop fills the map
+                    x, background = extend_crop(x, background, size, size), None
+                if background is None:  # the plain computation
+                    y, x_in = conv(x), x
+                else:
+                    x_halo = with_halo(x, background, before, after, rows, cols)
+                    y = F.conv2d(x_halo, conv.weight, conv.bias)  # (batch, c_out, rows, cols)
+                    x_in = x_halo[:, :, before:before + rows, before:before + cols]
+                    y_background = conv(background)  # (1, c_out, size, size)
+                if conv is self.scale_down:
+                    x = y
+                    background = None if background is None else y_background
+                else:  # dense connectivity: c += growth
+                    x = torch.cat([x_in, F.relu(y)], dim=1)
+                    if background is not None:
+                        background = torch.cat([background, F.relu(y_background)], dim=1)
             x = F.max_pool2d(transition(x), kernel_size=2, stride=2)  # c·θ channels, size / 2
+            if background is not None:
+                background = F.max_pool2d(transition(background), kernel_size=2, stride=2)
+            size //= 2
+            reach_a, reach_b = (reach_a + 1) // 2, (reach_b + 1) // 2
+            convs_before = []
+        if background is not None:  # the crop back into the full map of every sample
+            x = extend_crop(x, background, size, size)
         return x.flatten(start_dim=1)
 
 
@@ -504,6 +585,12 @@ class DIIN(Network):
         decay = self.dropout_decay_rate ** (self.step / self.dropout_decay_steps)
         return 1.0 - (1.0 - self.dropout) * decay
 
+    @staticmethod
+    def real_extent(mask: torch.Tensor) -> int:
+        """1 + the last position that is real in some sentence of ``mask`` (batch, L); ≥ 1."""
+        positions = mask.any(dim=0).nonzero()
+        return int(positions.max()) + 1 if positions.numel() else 1
+
     def embed(
         self,
         ids: torch.Tensor,
@@ -511,18 +598,22 @@ class DIIN(Network):
         other_ids: torch.Tensor,
         other_mask: torch.Tensor,
         dropout: float,
+        length: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Embedding layer for one sentence, padded to L = ``sequence_length``: (B, L, d), (B, L).
+        """Embedding layer for one sentence, fit to ``length`` (default L = ``sequence_length``)
+        positions: (B, length, d), (B, length).
 
-        Exact match is computed on the sentences as given, then everything is padded to ``L``.
-        Truncation is the DataModule's (``data.max_length``): a real token past ``L`` is an error.
+        Exact match is computed on the sentences as given, then everything is cut or padded to
+        ``length``. Truncation is the DataModule's (``data.max_length``): a real token past
+        ``L`` is an error.
         """
-        length = self.sequence_length
-        if mask.size(1) > length and bool(mask[:, length:].any()):
+        limit = self.sequence_length
+        if mask.size(1) > limit and bool(mask[:, limit:].any()):
             raise DataError(
-                f"DIIN: a sentence has more than {length} tokens, the length the model was built "
-                f"for (data.max_length); truncate it to {length} tokens"
+                f"DIIN: a sentence has more than {limit} tokens, the length the model was built "
+                f"for (data.max_length); truncate it to {limit} tokens"
             )
+        length = limit if length is None else length
         parts = []
         if self.use_exact_match:
             keys, other_keys = self.match_keys[ids], self.match_keys[other_ids]
@@ -552,36 +643,46 @@ class DIIN(Network):
         dropout = self.current_dropout() if self.training else 0.0
         len_p = min(premise.size(1), self.sequence_length)
         len_h = min(hypothesis.size(1), self.sequence_length)
+        # Every layer up to the interaction image is position-wise or masked (self-attention
+        # reads real words only; p̃ is zeroed at padding), so positions past the batch's last
+        # real word hold zeros: the layers run on the first a (premise) and b (hypothesis)
+        # positions only, the same function as on all L (docs/models/diin.md, "Speed").
+        a = min(self.real_extent(premise_mask), self.sequence_length)
+        b = min(self.real_extent(hypothesis_mask), self.sequence_length)
 
-        # Embedding layer: x = [word; char; exact match], L = sequence_length
-        p, p_mask = self.embed(premise, premise_mask, hypothesis, hypothesis_mask, dropout)
-        h, h_mask = self.embed(hypothesis, hypothesis_mask, premise, premise_mask, dropout)
+        # Embedding layer: x = [word; char; exact match] (batch, a, d) and (batch, b, d)
+        p, p_mask = self.embed(premise, premise_mask, hypothesis, hypothesis_mask, dropout, a)
+        h, h_mask = self.embed(hypothesis, hypothesis_mask, premise, premise_mask, dropout, b)
 
-        # Encoding layer: highway → p̂, ĥ (batch, L, d); self-attention + fuse gate → p̃, h̃
+        # Encoding layer: highway → p̂, ĥ; self-attention + fuse gate → p̃, h̃
         highway_h = self.highway_h if self.highway_h is not None else self.highway_p
-        p_hat = self.highway_p(p, dropout)
-        h_hat = highway_h(h, dropout)
-        p_tilde, p_attention = self.encoder_p(p_hat, p_mask, dropout)  # (B, L, d), (B, L, L)
-        h_tilde, h_attention = self.encoder_h(h_hat, h_mask, dropout)
+        p_hat = self.highway_p(p, dropout)  # (batch, a, d)
+        h_hat = highway_h(h, dropout)  # (batch, b, d)
+        p_tilde, p_attention = self.encoder_p(p_hat, p_mask, dropout)  # (B, a, d), (B, a, a)
+        h_tilde, h_attention = self.encoder_h(h_hat, h_mask, dropout)  # (B, b, d), (B, b, b)
 
-        # Interaction layer: I_ij = p̃_i ∘ h̃_j as a d-channel image; padded cells are zero
-        image = p_tilde.unsqueeze(2) * h_tilde.unsqueeze(1)  # (batch, L_p, L_h, d)
-        cell_mask = p_mask.unsqueeze(2) & h_mask.unsqueeze(1)  # (batch, L_p, L_h)
-        image = (image * cell_mask.unsqueeze(-1)).permute(0, 3, 1, 2)  # (batch, d, L_p, L_h)
+        # Interaction layer: I_ij = p̃_i ∘ h̃_j as a d-channel image, channels first for the
+        # convs. p̃, h̃ are zero at padding, so I is zero outside its top-left a×b box of the
+        # L×L image, and only that box is built: (batch, d, a, b).
+        image = p_tilde.transpose(1, 2).unsqueeze(3) * h_tilde.transpose(1, 2).unsqueeze(2)
         image_in = F.dropout(image, dropout, self.training)  # official: dropout on I
 
-        # Feature extraction (DenseNet) and output layer: flatten → linear
+        # Feature extraction (DenseNet over the L×L image, zero outside the box) and output
         features = self.densenet(image_in)  # (batch, out_features)
         logits = self.output(F.dropout(features, dropout, self.training))  # (batch, classes)
 
         result = {"logits": logits}
-        if return_details:
-            result["interaction_norm"] = image.norm(dim=1)[:, :len_p, :len_h]  # (batch, p, h)
-            result["premise_attention"] = p_attention[:, :len_p, :len_p]
-            result["hypothesis_attention"] = h_attention[:, :len_h, :len_h]
+        if return_details:  # zero past the box, as on the L×L image
+            def grow(x: torch.Tensor, rows: int, cols: int = 0) -> torch.Tensor:
+                return F.pad(x, (0, cols - x.size(2), 0, rows - x.size(1))) if cols else \
+                    F.pad(x, (0, rows - x.size(1)))
+            norm = (p_tilde.unsqueeze(2) * h_tilde.unsqueeze(1)).norm(dim=-1)  # (batch, a, b)
+            result["interaction_norm"] = grow(norm, len_p, len_h)  # (batch, p, h)
+            result["premise_attention"] = grow(p_attention, len_p, len_p)
+            result["hypothesis_attention"] = grow(h_attention, len_h, len_h)
             if self.use_exact_match:
-                result["premise_exact_match"] = p[:, :len_p, -1]  # (batch, p)
-                result["hypothesis_exact_match"] = h[:, :len_h, -1]  # (batch, h)
+                result["premise_exact_match"] = grow(p[..., -1], len_p)  # (batch, p)
+                result["hypothesis_exact_match"] = grow(h[..., -1], len_h)  # (batch, h)
         return result
 
     def heatmaps(self, details: Mapping[str, torch.Tensor], premise: Sequence[str],
