@@ -19,15 +19,13 @@ every key against a real offline run):
 from __future__ import annotations
 
 import json
-import os
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from entailment_lab.errors import UserError
-from entailment_lab.online import unreachable
 from entailment_lab.paper_tables import TABLE2
+from entailment_lab.report.wandb_runs import check_wandb_reachable
 
 NAME = "Table 2 (entailment-lab)"
 TAG = "table2"  # every Table 2 experiment file tags its runs so (conf/experiment/table2/)
@@ -136,19 +134,8 @@ def _split(project: str) -> tuple[str, str]:
 
 def _check_reachable(timeout: float = 3.0) -> None:
     """Fail in seconds, with one line, when the W&B API cannot be reached (or W&B is off)."""
-    mode = os.environ.get("WANDB_MODE", "")
-    if mode in ("offline", "disabled", "dryrun"):
-        raise UserError(f"--wandb-workspace needs the W&B API but WANDB_MODE={mode}; unset "
-                        "WANDB_MODE, or write the spec only: --dry-run dashboard.json")
-    url = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
-    reason = unreachable(url, timeout)
-    if reason is None:
-        return
-    parsed = urlparse(url)
-    host = parsed.hostname or "api.wandb.ai"
-    port = parsed.port or (80 if parsed.scheme == "http" else 443)
-    raise UserError(f"cannot reach the W&B API at {host}:{port} within {timeout:g} s: {reason}; "
-                    "check the network, or write the spec only: --dry-run dashboard.json")
+    check_wandb_reachable(timeout, option="--wandb-workspace",
+                          instead="write the spec only: --dry-run dashboard.json")
 
 
 def _config_column(key: str) -> str:

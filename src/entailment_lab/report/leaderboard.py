@@ -88,7 +88,7 @@ class Row:
             out.append(f"{len(commits)} commits")
         stopped = sum(j.stopped_by == "early_stopping" for j in self.jobs)
         if stopped:
-            out.append(f"{stopped} ended by early stopping")
+            out.append(f"{stopped} ended by early stopping (an earlier protocol)")
         dirty = sum(bool(j.dirty) for j in self.jobs)
         if dirty:
             out.append(f"{dirty} from a modified checkout")

@@ -22,12 +22,15 @@ _WANDB_STATES = {"finished": COMPLETED, "running": RUNNING, "pending": RUNNING,
                  "crashed": FAILED, "failed": FAILED, "killed": FAILED, "preempted": FAILED}
 
 
-def check_wandb_reachable(timeout: float = 3.0) -> None:
-    """Fail in seconds, with one line, when the W&B API cannot be reached (or W&B is off)."""
+def check_wandb_reachable(timeout: float = 3.0, option: str = "--wandb",
+                          instead: str = "report from the local job folders (python "
+                                         "src/report.py multirun/...)") -> None:
+    """Fail in seconds, with one line, when the W&B API cannot be reached (or W&B is off);
+    ``option`` is what needs it, ``instead`` what the user can do without it."""
     mode = os.environ.get("WANDB_MODE", "")
     if mode in ("offline", "disabled", "dryrun"):
-        raise UserError(f"--wandb needs the W&B API but WANDB_MODE={mode}; unset WANDB_MODE, or "
-                        "report from the local job folders (python src/report.py multirun/...)")
+        raise UserError(f"{option} needs the W&B API but WANDB_MODE={mode}; unset WANDB_MODE, "
+                        f"or {instead}")
     url = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
     reason = unreachable(url, timeout)
     if reason is None:
@@ -36,7 +39,7 @@ def check_wandb_reachable(timeout: float = 3.0) -> None:
     host = parsed.hostname or "api.wandb.ai"
     port = parsed.port or (80 if parsed.scheme == "http" else 443)
     raise UserError(f"cannot reach the W&B API at {host}:{port} within {timeout:g} s: {reason}; "
-                    "check the network, or report from the local job folders")
+                    f"check the network, or {instead.split(' (')[0]}")
 
 
 def _lookup_config(config: dict[str, Any], key: str) -> Any:
