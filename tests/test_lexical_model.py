@@ -314,23 +314,18 @@ def test_convex_recipe_reaches_sklearns_optimum(tmp_path):
     metrics = train(cfg)
     best = torch.load(next((tmp_path / "run" / "checkpoints").glob("epoch_*.ckpt")),
                       weights_only=True)["state_dict"]
-    W = np.concatenate([best["net.bag.weight"].double().numpy().T,  # (3, buckets + n_dense)
-                        best["net.dense.weight"].double().numpy()], axis=1)
-    b = best["net.bias"].double().numpy()  # (3,)
 
     # The same feature matrix: the run's vocabulary (rebuilt from the same files) and features.
     datamodule = build_datamodule(cfg.data)
     net = instantiate(cfg.model.net, embedding=embedding(), num_classes=3, _convert_="all").eval()
+    net.load_state_dict({k.removeprefix("net."): v for k, v in best.items()
+                         if k.startswith("net.")})
+    W, b = net.weights()  # (3, buckets + n_dense), (3,)
 
     def features(split: str) -> tuple[sparse.csr_matrix, np.ndarray]:
-        batch = next(iter(DataLoader(datamodule.splits[split], batch_size=10_000,
-                                     collate_fn=PadCollator(datamodule.keys))))
-        ids, counts, dense = net.bag_inputs(batch["premise"], batch["premise_mask"],
-                                            batch["hypothesis"], batch["hypothesis_mask"])
-        indptr = np.concatenate([[0], counts.cumsum(0).numpy()])
-        hashed = sparse.csr_matrix((np.ones(len(ids)), ids.numpy(), indptr),
-                                   shape=(len(counts), buckets))
-        return sparse.hstack([hashed, dense.double().numpy()]).tocsr(), batch["label"].numpy()
+        loader = DataLoader(datamodule.splits[split], batch_size=10_000,
+                            collate_fn=PadCollator(datamodule.keys))
+        return net.feature_matrix([next(iter(loader))])
 
     (x_train, y_train), (x_test, y_test) = features("train"), features("test")
     ours_test = np.mean(np.argmax(x_test @ W.T + b, axis=1) == y_test)

@@ -15,7 +15,7 @@ indicators, BLEU smoothing, padding), the fitting and the parameter count:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -413,6 +413,39 @@ class LexicalClassifier(Network):
         if memo:
             self._memo = (key, (flat_ids, num_hashed, dense))
         return flat_ids, num_hashed, dense
+
+    def feature_matrix(self, batches: Iterable[Mapping[str, torch.Tensor]]) -> tuple[Any, Any]:
+        """The design matrix of the logistic regression, for checks against scikit-learn:
+        ``(X, y)``, X a SciPy CSR matrix (pairs, num_buckets + dense features), the hashed
+        indicators then the dense features, in the column order of ``weights()``. Needs SciPy
+        (scikit-learn's dependency; the dev extra)."""
+        import numpy as np
+        from scipy import sparse
+
+        rows, labels = [], []
+        with torch.no_grad():
+            for batch in batches:
+                ids, counts, dense = self.bag_inputs(batch["premise"], batch["premise_mask"],
+                                                     batch["hypothesis"],
+                                                     batch["hypothesis_mask"])
+                parts = [sparse.csr_matrix(dense.double().numpy())]  # (batch, n_dense)
+                if self.bag is not None:  # (batch, num_buckets), first
+                    indptr = np.concatenate([[0], counts.cumsum(0).numpy()])
+                    parts.insert(0, sparse.csr_matrix((np.ones(len(ids)), ids.numpy(), indptr),
+                                                      shape=(len(counts), self.num_buckets)))
+                rows.append(sparse.hstack(parts).tocsr())
+                labels.append(batch["label"].numpy())
+        return sparse.vstack(rows).tocsr(), np.concatenate(labels)
+
+    def weights(self) -> tuple[Any, Any]:
+        """``(W, b)`` as NumPy float64 arrays, W (num_classes, columns of ``feature_matrix``):
+        the same parameters as scikit-learn's ``coef_`` and ``intercept_``."""
+        import numpy as np
+
+        parts = [m.weight.detach().double().numpy().T if m is self.bag
+                 else m.weight.detach().double().numpy()
+                 for m in (self.bag, self.dense) if m is not None]
+        return np.concatenate(parts, axis=1), self.bias.detach().double().numpy()
 
     def forward(
         self,
