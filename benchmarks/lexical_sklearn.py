@@ -4,7 +4,7 @@ Rebuilds a run's data and feature matrix from its best checkpoint, fits scikit-l
 ``LogisticRegression`` (lbfgs, tol 1e-10) with the same L2 (``C = 1 / (l2 · N)``) on the same
 matrix, and prints both sides' accuracies, objectives (mean cross-entropy + l2/2 · ‖W‖²), the
 largest weight difference and how often they predict the same test label. Needs the dev extra
-(scikit-learn). On SNLI dev→test the fit takes about 12 minutes on one core:
+(scikit-learn). On SNLI dev→test the fit takes about 3 minutes on one core:
 
     python benchmarks/lexical_sklearn.py multirun/results/snli_lexical/0/checkpoints/epoch_000.ckpt
 """
