@@ -33,7 +33,8 @@ class ResultsRecorder(L.Callback):
     - fit end: the last train/val metrics, ``train/acc_at_best``, the epochs run, what ended
       them (``stopped_by``, ``stop_reason``) and the best checkpoint;
     - each test loop: its metrics (``test/*``, or ``train/*_eval`` when the module evaluates
-      the training split) and, for the test split, the confusion matrix (a W&B table too).
+      the training split) and, for the test split, the confusion matrix (a W&B table too)
+      and ``breakdowns`` (accuracy per class and per overlap bucket, ``module.breakdown``).
 
     ``metrics`` holds everything recorded so far; ``pipeline.train`` returns it.
     """
@@ -101,6 +102,8 @@ class ResultsRecorder(L.Callback):
         else:
             confusion = pl_module.test_confusion.compute().tolist()
             self.results.update(test_confusion_matrix=confusion, labels=pl_module.label_names)
+        if pl_module.breakdowns:  # accuracy per class and per overlap bucket of each test set
+            self.results.update(breakdowns=pl_module.breakdowns)
             if trainer.is_global_zero:
                 _log_confusion(trainer, confusion, pl_module.label_names)
         self.metrics.update(metrics)

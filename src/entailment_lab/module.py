@@ -23,6 +23,7 @@ from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from entailment_lab.data.batching import GROUP_PREFIX
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
 from entailment_lab.models.common import count_trainable_parameters
@@ -92,10 +93,16 @@ class ClassifierModule(L.LightningModule):
         # What the test loop is evaluating: "test", or "train" for the eval-mode training
         # accuracy of the best checkpoint (logged as train/acc_eval, see ``eval_name``).
         self.eval_split = "test"
+        # Test accuracy per group (``breakdowns``): breakdown name -> group names, set from
+        # the DataModule's ``group_names`` (e.g. ``overlap``); batches carry ``group/<name>``.
+        self.group_names: dict[str, list[str]] = {}
+        self.breakdowns: dict[str, dict[str, Any]] = {}
+        self._tallies: dict[str, torch.Tensor] = {}  # name -> (groups, 2): [pairs, correct]
 
     # --- forward -------------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
-        inputs = {k: v for k, v in batch.items() if k != "label"}
+        inputs = {k: v for k, v in batch.items()
+                  if k != "label" and not k.startswith(GROUP_PREFIX)}
         return self.net(**inputs, **kwargs)
 
     def _step(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,17 +205,50 @@ class ClassifierModule(L.LightningModule):
         self.test_loss(loss)
         self.test_metrics.update(logits, batch["label"])
         self.test_confusion(logits, batch["label"])
+        self._tally_groups(batch, logits)
         self.log(self.eval_name("loss"), self.test_loss, on_step=False, on_epoch=True)
         for name, metric in self.test_metrics.items():
             if not _per_class(metric):
                 self.log(self.eval_name(name), metric, on_step=False, on_epoch=True)
 
+    def _tally_groups(self, batch: Mapping[str, torch.Tensor], logits: torch.Tensor) -> None:
+        correct = (logits.argmax(-1) == batch["label"]).double()
+        for name, groups in self.group_names.items():
+            ids = batch.get(f"{GROUP_PREFIX}{name}")
+            if ids is None:
+                continue
+            ids = ids.to(correct.device)
+            counts = torch.stack([torch.bincount(ids, minlength=len(groups)).double(),
+                                  torch.bincount(ids, weights=correct, minlength=len(groups))], 1)
+            self._tallies[name] = self._tallies.get(name, 0) + counts
+
     def on_test_epoch_end(self) -> None:
         if self.eval_split == "test":
             self._log_per_class("test", self.test_metrics)
+        if self.eval_split != "train":  # not the eval-mode pass over the training split
+            self.breakdowns[self.eval_prefix] = self.breakdown()
+
+    def breakdown(self) -> dict[str, Any]:
+        """The finished test loop's accuracy per gold class (from the confusion matrix) and
+        per group of each ``group_names`` breakdown: ``{"size": n, "per_class": {label: {"n",
+        "acc"}}, "<breakdown>": {group: {"n", "acc"}}}``; ``acc`` is ``None`` for an empty
+        group. Summed over processes under DDP."""
+        confusion = self.test_confusion.compute().double()
+        out: dict[str, Any] = {"size": int(confusion.sum()),
+                               "per_class": _accuracies(self.label_names, confusion.sum(1),
+                                                        confusion.diagonal())}
+        for name, groups in self.group_names.items():
+            tally = self._tallies.get(name)
+            if tally is None:
+                continue
+            if self.trainer.world_size > 1:
+                tally = self.all_gather(tally).sum(0)
+            out[name] = _accuracies(groups, tally[:, 0], tally[:, 1])
+        return out
 
     def on_test_epoch_start(self) -> None:
         self.test_confusion.reset()
+        self._tallies = {}
 
     def l2_penalty(self) -> torch.Tensor:
         """The value of the network's ``l2_penalties``, ``sum lambda / 2 * ||w||^2`` (no grad)."""
@@ -266,6 +306,12 @@ class ClassifierModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.train_acc_at_best = checkpoint.get(CHECKPOINT_KEY, {}).get("train_acc_at_best")
+
+
+def _accuracies(names: Sequence[str], totals: torch.Tensor, correct: torch.Tensor
+                ) -> dict[str, dict[str, Any]]:
+    return {name: {"n": int(n), "acc": float(c / n) if n else None}
+            for name, n, c in zip(names, totals.tolist(), correct.tolist(), strict=True)}
 
 
 def _per_class(metric: Metric) -> bool:

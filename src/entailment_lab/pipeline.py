@@ -127,6 +127,8 @@ def _run_summary(cfg: DictConfig) -> dict[str, Any]:
         "dim": cfg.get("dim"),
         "seed": cfg.get("seed"),
         "data": cfg.data.get("name") if "data" in cfg else None,
+        # the premise replaced by a constant (data.hypothesis_only): a diagnostic baseline
+        "hypothesis_only": bool("data" in cfg and cfg.data.get("hypothesis_only")),
         "tags": list(cfg.get("tags") or []),
         "choices": choices,
         "overrides": overrides,
@@ -191,6 +193,7 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     module = build_module(cfg, net, embedding, datamodule.label_names, metadata={
         "vocab": datamodule.vocab.itos, "embedding_dim": embedding.embedding_dim,
         "config": config})
+    module.group_names = datamodule.group_names
     results.update(data_stats=datamodule.stats, embedding_stats=getattr(embedding, "stats", {}))
 
     loggers = build_loggers(cfg, resumed.wandb_run_id if resumed else None)
@@ -283,10 +286,12 @@ def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     loggers = build_loggers(cfg)
     trainer: L.Trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False,
                                       callbacks=[])
+    module.group_names = datamodule.group_names
     trainer.test(module, dataloaders=datamodule.dataloader(cfg.split))
     metrics = {f"{cfg.split}/{k.removeprefix('test/')}": clean_number(v)
                for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
     results.update(metrics=metrics, confusion_matrix=module.test_confusion.compute().tolist(),
-                   labels=module.label_names)
+                   labels=module.label_names,
+                   breakdowns={cfg.split: module.breakdowns.get("test", {})})
     log.info("%s", metrics)
     return metrics

@@ -180,6 +180,7 @@ SCHEMA: dict[str, Knob] = {
     "data.seed": integer(0, 2**32 - 1),
     "data.split_seed": integer(0, 2**32 - 1, null=True),
     "data.train_size": _POSITIVE_OR_NULL,
+    "data.hypothesis_only": boolean(),
     "data.label_names": string_list(),
     "data.files.*": text(null=True),
     # --- embeddings (conf/embeddings/) ---

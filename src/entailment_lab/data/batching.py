@@ -111,19 +111,29 @@ def pad_ids(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Ten
     return ids, mask
 
 
+#: Batch keys that name an example's group for the evaluation breakdowns (``group/overlap``):
+#: read by the LightningModule, never passed to the network.
+GROUP_PREFIX = "group/"
+
+
 class PadCollator:
-    """Collate examples into ``{key: ids, key_mask: mask, ..., "label": labels}``.
+    """Collate examples into ``{key: ids, key_mask: mask, ..., "label": labels}``, plus
+    ``group/<name>`` (int ids) for each of ``groups`` (columns ``group_<name>``).
 
     ``keys`` are the text keys (``premise``, ``hypothesis`` or ``sentence``); examples hold
     ``<key>_ids`` lists. A picklable class (not a closure) so DataLoader workers can use it.
     """
 
-    def __init__(self, keys: Sequence[str]) -> None:
+    def __init__(self, keys: Sequence[str], groups: Sequence[str] = ()) -> None:
         self.keys = list(keys)
+        self.groups = list(groups)
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         batch: dict[str, torch.Tensor] = {}
         for key in self.keys:
             batch[key], batch[f"{key}_mask"] = pad_ids([ex[f"{key}_ids"] for ex in examples])
         batch["label"] = torch.tensor([ex["label"] for ex in examples], dtype=torch.long)
+        for group in self.groups:  # evaluation breakdowns, not network inputs
+            batch[f"{GROUP_PREFIX}{group}"] = torch.tensor([ex[f"group_{group}"]
+                                                            for ex in examples])
         return batch

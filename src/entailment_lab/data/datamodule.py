@@ -39,9 +39,37 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
 
 
-def tokenize_batch(batch: dict[str, list], keys: Sequence[str], lowercase: bool) -> dict:
-    """``datasets.map`` function: ``<key>_tokens`` for every text column."""
-    return {f"{key}_tokens": [tokenize(text, lowercase) for text in batch[key]] for key in keys}
+#: Lexical-overlap buckets of a pair: the share of the hypothesis's word types (tokens with a
+#: letter or digit, compared lower-cased) that also occur in the premise, in [0, .25), [.25, .5),
+#: [.5, .75), [.75, 1) and exactly 1 (every hypothesis word is in the premise: the overlap that
+#: McCoy et al. 2019, "Right for the wrong reasons", show models take for entailment).
+OVERLAP_BUCKETS = ("0-25%", "25-50%", "50-75%", "75-100%", "100%")
+
+
+def overlap_bucket(premise: Sequence[str], hypothesis: Sequence[str]) -> int:
+    """The index in ``OVERLAP_BUCKETS`` of a tokenised pair (a hypothesis without words: 0)."""
+    def words(tokens: Sequence[str]) -> set[str]:
+        return {t.lower() for t in tokens if any(c.isalnum() for c in t)}
+
+    hypothesis_words = words(hypothesis)
+    if not hypothesis_words:
+        return 0
+    share = len(hypothesis_words & words(premise)) / len(hypothesis_words)
+    return len(OVERLAP_BUCKETS) - 1 if share == 1 else int(share * (len(OVERLAP_BUCKETS) - 1))
+
+
+def tokenize_batch(batch: dict[str, list], keys: Sequence[str], lowercase: bool,
+                   pairs: bool = False, hypothesis_only: bool = False) -> dict:
+    """``datasets.map`` function: ``<key>_tokens`` for every text column; for ``pairs`` also
+    ``group_overlap`` (``overlap_bucket``), and with ``hypothesis_only`` every premise emptied
+    after that (indexed as one ``<unk>``: a constant premise)."""
+    out = {f"{key}_tokens": [tokenize(text, lowercase) for text in batch[key]] for key in keys}
+    if pairs:
+        out["group_overlap"] = [overlap_bucket(p, h) for p, h in
+                                zip(out["premise_tokens"], out["hypothesis_tokens"], strict=True)]
+    if hypothesis_only:
+        out["premise_tokens"] = [[] for _ in out["premise_tokens"]]
+    return out
 
 
 def index_batch(batch: dict[str, list], keys: Sequence[str], stoi: Mapping[str, int],
@@ -97,6 +125,13 @@ class TextDataModule(L.LightningDataModule):
             curves).
         vocab_splits: splits whose tokens make the vocabulary (SNLI papers use all three).
         max_length: longer sentences are truncated (reported once at setup).
+        hypothesis_only: replace every premise by one constant token (``<unk>``), so that a
+            pair model sees the hypothesis alone: the hypothesis-only baseline that measures
+            annotation artefacts (Gururangan et al. 2018; Poliak et al. 2018). Pair data only.
+
+    Pair data also carries each pair's lexical-overlap bucket (``OVERLAP_BUCKETS``, computed
+    from the original premise), batched as ``group/overlap``: the module reports test accuracy
+    per bucket (``group_names``).
     """
 
     def __init__(
@@ -123,6 +158,7 @@ class TextDataModule(L.LightningDataModule):
         split_seed: int | None = None,
         val_group_by: str | None = None,
         train_size: int | None = None,
+        hypothesis_only: bool = False,
         name: str | None = None,
     ) -> None:
         super().__init__()
@@ -138,6 +174,14 @@ class TextDataModule(L.LightningDataModule):
             return [value] if isinstance(value, str) else list(value)
 
         self.keys = list(fields)
+        self.pairs = {"premise", "hypothesis"} <= set(self.keys)
+        if hypothesis_only and not self.pairs:
+            raise ConfigError(f"data.hypothesis_only=true needs sentence pairs (premise and "
+                              f"hypothesis), but this data has {self.keys}: use pair data "
+                              "(e.g. data=snli) or data.hypothesis_only=false")
+        #: breakdown name -> the names of its group ids (batched as ``group/<name>``)
+        self.group_names: dict[str, list[str]] = (
+            {"overlap": list(OVERLAP_BUCKETS)} if self.pairs else {})
         self.columns = {key: candidates(v) for key, v in fields.items()}
         self.columns["label"] = candidates(label_field)
         self.files = {k: v for k, v in (files or {}).items() if v}
@@ -258,7 +302,8 @@ class TextDataModule(L.LightningDataModule):
         tokenized = {
             split: ds.map(
                 tokenize_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
-                fn_kwargs={"keys": self.keys, "lowercase": self.hparams.lowercase},
+                fn_kwargs={"keys": self.keys, "lowercase": self.hparams.lowercase,
+                           "pairs": self.pairs, "hypothesis_only": self.hparams.hypothesis_only},
                 desc=f"tokenise {split}",
             )
             for split, ds in raw.items()
@@ -303,7 +348,7 @@ class TextDataModule(L.LightningDataModule):
                 log.warning(
                     "%s: %d %s sentence(s) longer than data.max_length=%d tokens were truncated "
                     "(longest: %d)", split, n_long, key, max_length, int(lengths.max()))
-            if n_empty:
+            if n_empty and not (key == "premise" and self.hparams.hypothesis_only):
                 log.warning("%s: %d empty %s sentence(s) were replaced by one <unk> token",
                             split, n_empty, key)
             self.stats[f"{split}/{key}_truncated"] = n_long
@@ -337,7 +382,7 @@ class TextDataModule(L.LightningDataModule):
         return DataLoader(
             self.splits[split],
             batch_sampler=sampler,
-            collate_fn=PadCollator(self.keys),
+            collate_fn=PadCollator(self.keys, groups=list(self.group_names)),
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
         )
