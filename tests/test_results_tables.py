@@ -9,7 +9,11 @@ import shutil
 import pytest
 
 from entailment_lab.errors import UserError
-from entailment_lab.report.leaderboard import fill_markers, generated_tables, update_documents
+from entailment_lab.report.leaderboard import (
+    fill_markers,
+    generated_tables,
+    update_documents,
+)
 from tests.conftest import REPO
 from tests.test_report import write_job
 
@@ -25,7 +29,8 @@ def test_committed_tables_equal_the_records(document):
 
 def test_every_table_marker_is_filled():
     tables = generated_tables(REPO / "docs" / "results")
-    assert {"headline", "snli_dev2test", "sick"} <= set(tables)
+    assert {"headline", "snli_dev2test", "sick", "snli_dev2test_breakdown",
+            "sick_breakdown"} <= set(tables)
     text = "".join(d.read_text(encoding="utf-8") for d in DOCUMENTS)
     for name in tables:
         assert f"<!-- results:{name} -->" in text, name

@@ -7,9 +7,12 @@ from a W&B run; the statuses below are the words the tables count.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entailment_lab.paper_tables import PaperRow
+
+if TYPE_CHECKING:
+    from entailment_lab.report.breakdowns import Diagnostics
 
 COMPLETED, RUNNING, STALE, FAILED, MISSING = (
     "completed", "running", "stale (process gone)", "failed", "no results.json")
@@ -51,6 +54,9 @@ class Job:
     dirty: bool | None = None  # whether its code (src, conf) differed from that commit
     row: PaperRow | None = None
     note: str | None = None  # why the job landed in a row other than the one it declares
+    # Per-class / overlap / genre accuracies, further test sets, hypothesis-only: read from
+    # results.json on first use (``breakdowns.of``); None until then.
+    diagnostics: Diagnostics | None = None
 
 
 def percent(value: Any) -> float | None:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from entailment_lab.errors import UserError
+from entailment_lab.report import breakdowns
+from entailment_lab.report.aggregate import Stat
 from entailment_lab.report.collect import collect_jobs, find_job_folders
 from entailment_lab.report.job import COMPLETED, Job
 from entailment_lab.report.match import reduced_budget
@@ -63,6 +65,7 @@ class Row:
     train_size: int | None
     settings: tuple[str, ...] = ()  # the command line's overrides but the seed and logging
     jobs: list[Job] = field(default_factory=list)
+    hypothesis_only: bool = False  # the premise replaced by a constant: a diagnostic baseline
 
     @property
     def tests(self) -> list[float]:
@@ -131,7 +134,8 @@ class Row:
     def label(self) -> str:
         size = f", {self.train_size:,} pairs" if self.train_size else ""
         extra = [s for s in self.settings if not s.startswith(_ROW_KEYS)]
-        return f"{self.model}" + (f" d={self.dim}" if self.dim else "") + size + \
+        only = ", hypothesis only" if self.hypothesis_only else ""
+        return f"{self.model}" + (f" d={self.dim}" if self.dim else "") + size + only + \
             "".join(f", `{s}`" for s in extra)
 
 
@@ -144,12 +148,14 @@ def _study(folder: Path, root: Path) -> str:
 
 
 # Overrides that the row's label already says (or that say where the data lies).
-_ROW_KEYS = ("experiment=", "data_root=", "model=", "dim=", "data.train_size=")
+_ROW_KEYS = ("experiment=", "data_root=", "model=", "dim=", "data.train_size=",
+             f"{breakdowns.HYPOTHESIS_ONLY}=")
 
 
 def _settings(job: Job) -> tuple[str, ...]:
     return tuple(o.lstrip("+~") if o.startswith("+") else o for o in job.overrides
-                 if not _NOT_A_SETTING.match(o.lstrip("+~")))
+                 if not _NOT_A_SETTING.match(o.lstrip("+~"))
+                 and o.lstrip("+~") != f"{breakdowns.HYPOTHESIS_ONLY}=false")  # the default
 
 
 def _train_size(job: Job) -> int | None:
@@ -171,17 +177,25 @@ def load_rows(results_dir: str | Path) -> list[Row]:
     for job in collect_jobs(studies):
         if job.status != COMPLETED or job.task != "train" or not job.model or not job.data:
             continue
+        only = breakdowns.is_hypothesis_only(job)  # also when an experiment file set it
         key = (job.data, job.model, job.dim, _train_size(job), _settings(job),
-               str(job.early_stopping))  # a protocol's stopping rule changed at a commit
+               str(job.early_stopping), only)  # a protocol's stopping rule changed at a commit
         rows.setdefault(key, Row(job.data, job.model, job.dim, _train_size(job),
-                                 _settings(job))).jobs.append(job)
+                                 _settings(job), hypothesis_only=only)).jobs.append(job)
     return list(rows.values())
+
+
+def _protocol_rows(rows: Iterable[Row], data: str) -> list[Row]:
+    """One protocol's rows in table order: full training set first, a hypothesis-only row
+    after the model's full rows."""
+    return sorted((r for r in rows if r.data == data),
+                  key=lambda r: (r.train_size or 10**9, r.model, r.dim or 0, r.hypothesis_only,
+                                 r.settings))
 
 
 def protocol_table(rows: Iterable[Row], data: str, root: Path) -> str:
     """One protocol's table: a row per setting, full training set first."""
-    chosen = sorted((r for r in rows if r.data == data),
-                    key=lambda r: (r.train_size or 10**9, r.model, r.dim or 0, r.settings))
+    chosen = _protocol_rows(rows, data)
     if not chosen:
         return "No per-run records for this protocol yet.\n"
     lines = ["| model | params | test % | best val % | epochs (of budget) | commit | records "
@@ -207,6 +221,7 @@ def headline_table(rows: Sequence[Row], root: Path) -> str:
             found = [r for r in rows if r.data == data and r.model == model and
                      r.dim in (dim, None) and r.train_size is None and
                      r.label.count("`") == 0 and  # the model's own settings, no extra knob
+                     not r.hypothesis_only and
                      not any(f.startswith("reduced") for f in r.flags)]
             # today's protocol first (every run trained its budget), then the most runs
             found.sort(key=lambda r: (any("early stopping" in f for f in r.flags), -len(r.tests)))
@@ -216,12 +231,62 @@ def headline_table(rows: Sequence[Row], root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def breakdown_table(rows: Iterable[Row], data: str) -> str:
+    """One protocol's diagnostics, a line per row of its table (same order, same numbers):
+    test accuracy per gold class, per word-overlap bucket (and genre) where the records have
+    them, and the accuracy of each further evaluated set; then, for each further set that
+    recorded its own breakdowns, the same columns for it."""
+    numbered = [(i, r) for i, r in enumerate(_protocol_rows(rows, data), start=1) if r.tests]
+    if not numbered:
+        return "No per-run records for this protocol yet.\n"
+    groups = [[j for j in r.jobs if j.test is not None] for _, r in numbered]
+    stats = breakdowns.breakdown_stats(groups)
+    out = [_caption(stats), ""]
+    out += _stats_table(numbered, groups, stats)
+    for name in breakdowns.evaluated_sets(groups):
+        stats = breakdowns.breakdown_stats(groups, split=name, further=False)
+        if stats:
+            out += ["", f"`{name}`:", ""]
+            out += _stats_table(numbered, groups, stats)
+    return "\n".join(out) + "\n"
+
+
+def _caption(stats: dict[str, list[Stat]]) -> str:
+    """What the breakdown columns are, in words true for these columns."""
+    parts = ["test accuracy % per gold class (its recall)"]
+    if any(c.startswith("overlap ") for c in stats):
+        parts.append("per word-overlap bucket (the share of the hypothesis's words found in "
+                     "the premise)")
+    if any(c.startswith("genre ") for c in stats):
+        parts.append("per genre")
+    if any(c.endswith(" acc") for c in stats):
+        parts.append("and the accuracy on each further test set")
+    return (f"{', '.join(parts)[0].upper()}{', '.join(parts)[1:]}: mean ± std over the row's "
+            "runs; # is the row's number in the commands above; (n): only n of its runs "
+            "recorded it; –: none did (or the group was empty).")
+
+
+def _stats_table(numbered: Sequence[tuple[int, Row]], groups: Sequence[Sequence[Job]],
+                 stats: dict[str, list[Stat]]) -> list[str]:
+    """Markdown lines: a line per row that recorded any of ``stats`` (columns)."""
+    if not stats:
+        return ["No breakdowns recorded for these runs."]
+    lines = ["| # | model | " + " | ".join(stats) + " |", "|---|---|" + "---|" * len(stats)]
+    for i, ((number, row), jobs) in enumerate(zip(numbered, groups, strict=True)):
+        if any(column[i].n for column in stats.values()):
+            cells = [breakdowns.spread(column[i], len(jobs)) for column in stats.values()]
+            lines.append(f"| {number} | {row.label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def generated_tables(results_dir: str | Path) -> dict[str, str]:
-    """Marker name -> Markdown: ``headline`` and one table per protocol."""
+    """Marker name -> Markdown: ``headline``, one table per protocol, and each protocol's
+    diagnostics (``NAME_breakdown``)."""
     root = Path(results_dir)
     rows = load_rows(root)
     tables = {"headline": headline_table(rows, root)}
     tables.update({data: protocol_table(rows, data, root) for data in PROTOCOLS})
+    tables.update({f"{data}_breakdown": breakdown_table(rows, data) for data in PROTOCOLS})
     return tables
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from entailment_lab.report import breakdowns
 from entailment_lab.report.aggregate import code_notes, mixed_settings_notes
 from entailment_lab.report.job import COMPLETED, Job
 from entailment_lab.report.tables import Table
@@ -24,7 +25,7 @@ CSV_COLUMNS = (
     "paper_train", "paper_test", "train_mean", "train_std", "train_n", "train_eval_mean",
     "train_eval_std", "val_mean", "test_mean",
     "test_std", "test_n", "delta_test", "status", "completed", "running", "stale", "failed",
-    "no_results", "seeds", "folders", "reduced_budget", "other_test_metrics",
+    "no_results", "seeds", "folders", "reduced_budget", "other_test_metrics", "test_breakdowns",
 )
 _PAIR_HEADER = ["#", "model", "Para (paper)", "params (ours)", "params (paper conv.)",
                 "train % (paper)", "test % (paper)", "train % (ours)", "train % eval (ours)",
@@ -60,6 +61,30 @@ def _table_markdown(table: Table) -> str:
             cells.append([rr.label, rr.description, rr.params(),
                           _fmt(paper.test if paper else None), *ours, delta, rr.status])
     return _md_table(_PAIR_HEADER if table.layout == "pair" else _SENTENCE_HEADER, cells)
+
+
+def _breakdown_markdown(table: Table) -> list[str]:
+    """Markdown lines: each row's test accuracy per gold class, per overlap bucket (and genre)
+    where recorded, and on further test sets; then a table per further set with breakdowns."""
+    rows = [rr for rr in table.rows if rr.completed]
+    groups = [rr.completed for rr in rows]
+    out: list[str] = []
+    sections = [("test", breakdowns.breakdown_stats(groups))]
+    sections += [(name, breakdowns.breakdown_stats(groups, split=name, further=False))
+                 for name in breakdowns.evaluated_sets(groups)]
+    for name, stats in sections:
+        cells = [[f"{rr.label} ({rr.config})" if rr.config else rr.label,
+                  *(breakdowns.spread(column[i], len(groups[i]), ".2f")
+                    for column in stats.values())]
+                 for i, rr in enumerate(rows) if any(column[i].n for column in stats.values())]
+        if cells:
+            further = ("; *SET acc*: accuracy on a further test set"
+                       if any(c.endswith(" acc") for c in stats) else "")
+            out += [f"Accuracy on `{name}` per gold class (its recall) and, where recorded, "
+                    f"per word-overlap bucket or genre{further} (%, mean ± std over the row's "
+                    "runs; (n): only n of them recorded it):", "",
+                    _md_table(["row", *stats], cells), ""]
+    return out
 
 
 def title(table: Table) -> str:
@@ -131,6 +156,7 @@ def render_markdown(tables: Sequence[Table], jobs: Sequence[Job], sources: Seque
            "in the means.", ""]
     for table in tables:
         out += [title(table), "", _table_markdown(table), ""]
+        out += _breakdown_markdown(table)
         other = [[rr.label, name, str(stat)] for rr in table.rows
                  for name, stat in rr.other_test.items()]
         if other:  # the runs' other metrics (their `metrics` config), test split, in %
@@ -164,7 +190,8 @@ def csv_rows(tables: Sequence[Table]) -> list[dict[str, Any]]:
     """One dict per table row (incl. "not run" rows); accuracies in %, blanks as ''."""
     out = []
     for table in tables:
-        for rr in table.rows:
+        diagnostics = breakdowns.breakdown_stats([rr.completed for rr in table.rows])
+        for i, rr in enumerate(table.rows):
             p = rr.paper
             out.append({
                 "data": table.data, "layout": table.layout, "row": rr.label,
@@ -186,6 +213,9 @@ def csv_rows(tables: Sequence[Table]) -> list[dict[str, Any]]:
                 "reduced_budget": rr.reduced or "",
                 "other_test_metrics": "; ".join(f"{n}={_num(st.mean)}±{_num(st.std)}({st.n})"
                                                 for n, st in rr.other_test.items()),
+                "test_breakdowns": "; ".join(f"{n}={_num(st[i].mean)}±{_num(st[i].std)}"
+                                             f"({st[i].n})" for n, st in diagnostics.items()
+                                             if st[i].n),
             })
     return out
 

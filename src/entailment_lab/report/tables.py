@@ -19,6 +19,7 @@ from entailment_lab.paper_tables import (
     PaperRow,
 )
 from entailment_lab.report.aggregate import Stat, seed_other, seed_stats
+from entailment_lab.report.breakdowns import is_hypothesis_only
 from entailment_lab.report.job import COMPLETED, MISSING, RUNNING, STALE, Job
 from entailment_lab.report.match import reduced_budget
 
@@ -39,14 +40,16 @@ class RowResult:
     jobs: list[Job] = field(default_factory=list)
     stats: dict[str, Stat] = field(default_factory=dict)  # per metric, set by build_tables
     reduced: str | None = None  # debug preset / truncated budget of its jobs: not compared
+    hypothesis_only: bool = False  # its jobs read the hypothesis alone: not compared
 
     @property
     def comparable(self) -> bool:
         """Whether the paper's accuracy is for this data set (a SICK run is not SNLI's), is this
         model's (row 3's printed figure is another model's: ``PaperRow.not_comparable``), and
-        our jobs ran the full budget (a ``debug=tiny`` run is no reproduction)."""
+        our jobs ran the full budget (a ``debug=tiny`` run is no reproduction) on whole pairs
+        (a hypothesis-only baseline is a diagnostic, not the paper's model)."""
         return (self.paper is not None and self.paper.data == self.data and not self.reduced
-                and self.paper.not_comparable is None)
+                and not self.hypothesis_only and self.paper.not_comparable is None)
 
     def _count(self, *statuses: str) -> int:
         return sum(j.status in statuses for j in self.jobs)
@@ -100,6 +103,7 @@ class RowResult:
     @property
     def label(self) -> str:
         label = self.paper.label if self.paper else "–"
+        label += " (hypothesis only)" if self.hypothesis_only else ""
         return f"{label} (reduced)" if self.reduced else label
 
     @property
@@ -118,8 +122,11 @@ class RowResult:
         else:
             text = f"{self.paper.description} ({self.config})" if self.config else \
                 self.paper.description
-        if self.reduced:
-            text += f" — reduced budget ({self.reduced}): not compared with the paper"
+        marks = ["hypothesis only (premise replaced by a constant)"] if self.hypothesis_only \
+            else []
+        marks += [f"reduced budget ({self.reduced})"] if self.reduced else []
+        if marks:
+            text += f" — {'; '.join(marks)}: not compared with the paper"
         return text
 
     @property
@@ -136,24 +143,27 @@ class Table:
     rows: list[RowResult]
 
 
-def _with_reduced_rows(data: str, ordered: list[RowResult], reduced: dict[Any, list[Job]]
-                       ) -> list[RowResult]:
-    """``ordered`` with a marked row of reduced-budget jobs after the row each belongs to."""
+def _with_marked_rows(data: str, ordered: list[RowResult], marked: dict[Any, list[Job]]
+                      ) -> list[RowResult]:
+    """``ordered`` with a marked row (reduced budget, hypothesis only) of jobs after the row
+    each belongs to; ``marked`` keys are ``(row key, reduced, hypothesis only)``."""
     out = []
     for rr in ordered:
         out.append(rr)
-        key = rr.paper or (str(rr.model), str(rr.dim))
-        if key in reduced:
-            out.append(_reduced_row(data, rr.paper, reduced.pop(key)))
-    for jobs in reduced.values():  # rows that exist only as reduced runs
-        out.append(_reduced_row(data, jobs[0].row, jobs))
+        base = rr.paper or (str(rr.model), str(rr.dim))
+        for key in sorted((k for k in marked if k[0] == base), key=lambda k: (k[2], k[1])):
+            out.append(_marked_row(data, rr.paper, key, marked.pop(key)))
+    for key, jobs in marked.items():  # rows that exist only as marked runs
+        out.append(_marked_row(data, jobs[0].row, key, jobs))
     return out
 
 
-def _reduced_row(data: str, paper: PaperRow | None, jobs: list[Job]) -> RowResult:
-    reasons = sorted({str(reduced_budget(j)) for j in jobs})
+def _marked_row(data: str, paper: PaperRow | None, key: tuple[Any, bool, bool],
+                jobs: list[Job]) -> RowResult:
+    reasons = sorted({str(reduced_budget(j)) for j in jobs}) if key[1] else []
     model, dim = (paper.model, paper.dim) if paper else (jobs[0].model, jobs[0].dim)
-    return RowResult(data, paper, model, dim, jobs=jobs, reduced=", ".join(reasons))
+    return RowResult(data, paper, model, dim, jobs=jobs, reduced=", ".join(reasons) or None,
+                     hypothesis_only=key[2])
 
 
 def layout_of(data: str, jobs: Sequence[Job]) -> str:
@@ -168,7 +178,8 @@ def build_tables(jobs: Sequence[Job], compare_reduced: bool = False) -> list[Tab
     """One table per data set among the training jobs; each paper row once, in order.
 
     Jobs with a debug preset or a truncated budget (``match.reduced_budget``) get rows of their
-    own, marked and kept out of the comparison with the paper, unless ``compare_reduced``.
+    own, marked and kept out of the comparison with the paper, unless ``compare_reduced``; so do
+    hypothesis-only jobs (``breakdowns.is_hypothesis_only``), always.
     """
     by_data: dict[str, list[Job]] = {}
     for job in jobs:
@@ -183,10 +194,13 @@ def build_tables(jobs: Sequence[Job], compare_reduced: bool = False) -> list[Tab
             base = [r for r in PAIR_ROWS if data == "snli" or r.implemented]
         rows = {r: RowResult(data, r, r.model, r.dim) for r in base}
         extra: dict[tuple[Any, ...], RowResult] = {}
-        reduced: dict[Any, list[Job]] = {}
+        marked: dict[Any, list[Job]] = {}
         for job in data_jobs:
-            if not compare_reduced and reduced_budget(job):
-                reduced.setdefault(job.row or (str(job.model), str(job.dim)), []).append(job)
+            is_reduced = not compare_reduced and bool(reduced_budget(job))
+            only = is_hypothesis_only(job)
+            if is_reduced or only:
+                key = (job.row or (str(job.model), str(job.dim)), is_reduced, only)
+                marked.setdefault(key, []).append(job)
             elif job.row is not None:
                 rows.setdefault(job.row, RowResult(data, job.row, job.row.model, job.row.dim))
                 rows[job.row].jobs.append(job)
@@ -196,7 +210,7 @@ def build_tables(jobs: Sequence[Job], compare_reduced: bool = False) -> list[Tab
         order = {r: i for i, r in enumerate(ALL_ROWS)}
         ordered = sorted(rows.values(), key=lambda rr: order[rr.paper])
         ordered += [extra[k] for k in sorted(extra)]
-        ordered = _with_reduced_rows(data, ordered, reduced)
+        ordered = _with_marked_rows(data, ordered, marked)
         for rr, stats in zip(ordered, seed_stats([rr.completed for rr in ordered]), strict=True):
             rr.stats = stats
         tables.append(Table(data, layout, ordered))
