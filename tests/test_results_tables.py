@@ -68,3 +68,20 @@ def test_a_document_without_markers_or_records_is_refused(tmp_path):
         update_documents(tmp_path, [doc])
     with pytest.raises(UserError, match="names no generated table"):
         fill_markers("<!-- results:nope -->\n<!-- /results:nope -->", {"a": ""}, "doc")
+
+
+def test_learning_curve_runs_leave_the_protocol_table_for_their_own(tmp_path):
+    results = tmp_path / "results"
+    base = ["experiment=protocols/snli_dev2test", "data_root=d", "model=lstm"]
+    for i, (size, test) in enumerate([(1000, 0.50), (1000, 0.52), (4000, 0.58), (None, 0.62)]):
+        sized = [f"data.train_size={size}"] if size else []
+        write_job(results / "curve" / "runs" / str(i), model="lstm", dim=128, seed=i,
+                  data="snli_dev2test", test=test, overrides=[*base, *sized, f"seed={i}"])
+    tables = generated_tables(results)
+    assert "0.50" not in tables["snli_dev2test"] and "62.0 (1)" in tables["snli_dev2test"]
+    assert "pairs" not in tables["snli_dev2test"]
+    curve = tables["snli_dev2test_learning_curve"]
+    header, _, line = curve.splitlines()[:3]
+    assert header.startswith("| model | 1,000 pairs | 4,000 pairs | whole training set |")
+    assert line.startswith("| lstm d=128 | 51.0 ± 1.4 (2) | 58.0 (1) | 62.0 (1) | `curve` |")
+    assert "data.train_size=1000,4000" in curve and "src/train.py -m" in curve

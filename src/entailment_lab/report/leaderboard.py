@@ -41,6 +41,8 @@ PROTOCOLS = {
     "sst2": "SST-2 (DCNN's table)",
     "trec": "TREC (DCNN's table)",
 }
+#: Protocols whose learning curves (runs with ``data.train_size``) the results page shows.
+LEARNING_CURVE_PROTOCOLS = ("snli_dev2test",)
 #: The README's headline: (label, model, dim) per row, one column per protocol.
 HEADLINE_ROWS = (
     ("Lexical floor", "lexical", None), ("LSTM (row 1)", "lstm", 128),
@@ -66,6 +68,7 @@ class Row:
     settings: tuple[str, ...] = ()  # the command line's overrides but the seed and logging
     jobs: list[Job] = field(default_factory=list)
     hypothesis_only: bool = False  # the premise replaced by a constant: a diagnostic baseline
+    early_stopping: str = "None"  # the patience the runs trained under (a protocol changed)
 
     @property
     def tests(self) -> list[float]:
@@ -181,16 +184,60 @@ def load_rows(results_dir: str | Path) -> list[Row]:
         key = (job.data, job.model, job.dim, _train_size(job), _settings(job),
                str(job.early_stopping), only)  # a protocol's stopping rule changed at a commit
         rows.setdefault(key, Row(job.data, job.model, job.dim, _train_size(job),
-                                 _settings(job), hypothesis_only=only)).jobs.append(job)
+                                 _settings(job), hypothesis_only=only,
+                                 early_stopping=str(job.early_stopping))).jobs.append(job)
     return list(rows.values())
 
 
 def _protocol_rows(rows: Iterable[Row], data: str) -> list[Row]:
-    """One protocol's rows in table order: full training set first, a hypothesis-only row
-    after the model's full rows."""
-    return sorted((r for r in rows if r.data == data),
-                  key=lambda r: (r.train_size or 10**9, r.model, r.dim or 0, r.hypothesis_only,
-                                 r.settings))
+    """One protocol's rows on its whole training set, in table order: a hypothesis-only row
+    after the model's full rows. (Smaller training sets: ``learning_curve_table``.)"""
+    return sorted((r for r in rows if r.data == data and r.train_size is None),
+                  key=lambda r: (r.model, r.dim or 0, r.hypothesis_only, r.settings))
+
+
+def learning_curve_table(rows: Iterable[Row], data: str, root: Path) -> str:
+    """Test accuracy against the number of training pairs (``data.train_size``): a line per
+    setting that has runs on smaller training sets, its whole-set row (same settings, same
+    stopping rule) as the last column."""
+    rows = [r for r in rows if r.data == data]
+
+    def curve_key(row: Row) -> tuple:
+        settings = tuple(s for s in row.settings if not s.startswith("data.train_size="))
+        return row.model, row.dim or 0, row.hypothesis_only, settings, row.early_stopping
+
+    curves: dict[tuple, dict[int | None, Row]] = {}
+    for row in rows:
+        if row.train_size is not None:
+            curves.setdefault(curve_key(row), {})[row.train_size] = row
+    if not curves:
+        return "No per-run records of smaller training sets for this protocol yet.\n"
+    for row in rows:
+        if row.train_size is None and curve_key(row) in curves:
+            curves[curve_key(row)][None] = row
+    sizes = sorted({size for curve in curves.values() for size in curve if size is not None})
+    lines = ["| model | " + " | ".join(f"{n:,} pairs" for n in sizes) + " | whole training "
+             "set | records (docs/results/) | flags |", "|---|" + "---|" * (len(sizes) + 3)]
+    commands = []
+    for key in sorted(curves):
+        curve = curves[key]
+        smaller = sorted(n for n in curve if n is not None)
+        first = curve[smaller[0]]
+        label = first.label.replace(f", {first.train_size:,} pairs", "")
+        cells = [curve[n].cell(curve[n].tests) if n in curve else "–" for n in [*sizes, None]]
+        jobs = [j for r in curve.values() for j in r.jobs]
+        studies = sorted({_study(Path(j.folder), root) for j in jobs})
+        flags = sorted({f for r in curve.values() for f in r.flags})
+        lines.append(f"| {label} | " + " | ".join(cells) + " | " +
+                     ", ".join(f"`{s}`" for s in studies) + f" | {'; '.join(flags) or '–'} |")
+        # one sweep over the smaller sizes (the whole-set row's command is in the table above)
+        command = first.command.replace(f"data.train_size={smaller[0]}",
+                                        f"data.train_size={','.join(map(str, smaller))}")
+        if " -m " not in command:
+            command = command.replace("src/train.py", "src/train.py -m", 1)
+        commands.append(f"{len(commands) + 1}. {label}: `{command}`")
+    return "\n".join(lines) + "\n\nCommands (data_root is the folder of the data files):\n\n" \
+        + "\n".join(commands) + "\n"
 
 
 def protocol_table(rows: Iterable[Row], data: str, root: Path) -> str:
@@ -287,6 +334,8 @@ def generated_tables(results_dir: str | Path) -> dict[str, str]:
     tables = {"headline": headline_table(rows, root)}
     tables.update({data: protocol_table(rows, data, root) for data in PROTOCOLS})
     tables.update({f"{data}_breakdown": breakdown_table(rows, data) for data in PROTOCOLS})
+    tables.update({f"{data}_learning_curve": learning_curve_table(rows, data, root)
+                   for data in LEARNING_CURVE_PROTOCOLS})
     return tables
 
 
