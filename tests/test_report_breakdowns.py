@@ -104,6 +104,9 @@ def test_breakdowns_win_over_the_confusion_matrix_and_further_sets_are_named():
     assert not old.hypothesis_only
     assert from_record({"hypothesis_only": True}).hypothesis_only
     assert from_record({"overrides": ["+data.hypothesis_only=true"]}).hypothesis_only
+    # a multirun's jobs record booleans as Hydra's sweeper writes them back
+    assert from_record({"overrides": ["data.hypothesis_only=True"]}).hypothesis_only
+    assert not from_record({"overrides": ["data.hypothesis_only=False"]}).hypothesis_only
 
 
 def test_per_class_columns_from_old_records_and_overlap_only_where_recorded(tmp_path):

@@ -75,7 +75,7 @@ def from_record(record: Mapping[str, Any]) -> Diagnostics:
             sets.setdefault(MAIN_SET, {})["per_class"] = per_class
     overrides = record.get("overrides") or []
     hypothesis_only = bool(record.get("hypothesis_only")) or \
-        f"{HYPOTHESIS_ONLY}=true" in [o.lstrip("+") for o in overrides]
+        f"{HYPOTHESIS_ONLY}=true" in [o.lstrip("+").lower() for o in overrides]
     return Diagnostics(hypothesis_only, {k: v for k, v in sets.items() if any(v.values())},
                        further_sets(record.get("metrics") or {}))
 

@@ -158,7 +158,7 @@ _ROW_KEYS = ("experiment=", "data_root=", "model=", "dim=", "data.train_size=",
 def _settings(job: Job) -> tuple[str, ...]:
     return tuple(o.lstrip("+~") if o.startswith("+") else o for o in job.overrides
                  if not _NOT_A_SETTING.match(o.lstrip("+~"))
-                 and o.lstrip("+~") != f"{breakdowns.HYPOTHESIS_ONLY}=false")  # the default
+                 and o.lstrip("+~").lower() != f"{breakdowns.HYPOTHESIS_ONLY}=false")  # the default
 
 
 def _train_size(job: Job) -> int | None:
