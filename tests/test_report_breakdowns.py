@@ -158,7 +158,7 @@ def test_a_hypothesis_only_run_is_a_row_of_its_own(tmp_path, only_override):
     assert lines[1].startswith("| lstm d=128, hypothesis only | 1,289,203 | 52.0 ± 2.0 (3) |")
     assert "`data.hypothesis_only=true`" not in table.split("Commands")[0]  # said in words
     if only_override:  # the command reproduces the run
-        assert "-m data.hypothesis_only=true experiment=protocols/snli_dev2test model=lstm " \
+        assert "-m experiment=protocols/snli_dev2test data.hypothesis_only=true model=lstm " \
             "seed=1,2,3" in table
     # the README's headline shows the full model, never the baseline (which has more runs)
     assert "| LSTM (row 1) | 71.0 ± 1.4 (2) |" in headline_table(rows, tmp_path)

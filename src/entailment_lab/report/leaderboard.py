@@ -156,9 +156,12 @@ _ROW_KEYS = ("experiment=", "data_root=", "model=", "dim=", "data.train_size=",
 
 
 def _settings(job: Job) -> tuple[str, ...]:
-    return tuple(o.lstrip("+~") if o.startswith("+") else o for o in job.overrides
-                 if not _NOT_A_SETTING.match(o.lstrip("+~"))
-                 and o.lstrip("+~").lower() != f"{breakdowns.HYPOTHESIS_ONLY}=false")  # the default
+    """The overrides that say what a run trained, in one order (the experiment first, then by
+    name), so that the same command typed in another order is the same row."""
+    settings = {o.lstrip("+~") if o.startswith("+") else o for o in job.overrides
+                if not _NOT_A_SETTING.match(o.lstrip("+~"))
+                and o.lstrip("+~").lower() != f"{breakdowns.HYPOTHESIS_ONLY}=false"}  # the default
+    return tuple(sorted(settings, key=lambda o: (not o.startswith("experiment="), o)))
 
 
 def _train_size(job: Job) -> int | None:
