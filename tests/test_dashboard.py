@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError
 
 from entailment_lab.paper_tables import TABLE2
 from entailment_lab.pipeline import train
+from entailment_lab.report.dashboard import MNLI_COLUMNS
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 from tests.test_stops import wandb_records
 
@@ -93,8 +94,11 @@ def test_every_metric_key_of_the_spec_is_logged_by_a_real_run(spec, logged):
     for plot in _panels(spec, "LinePlot"):
         used["history"].update([plot["x"], *plot["y"]])
     columns = spec["runset_settings"]["pinned_columns"]
+    # MultiNLI's columns stay empty for this SNLI-layout run: tests/test_mnli.py checks them
+    # against a real data=mnli run
     used["summary"].update(c.removeprefix("summary:") for c in columns
-                           if c.startswith("summary:"))
+                           if c.startswith("summary:") and
+                           c.removeprefix("summary:") not in MNLI_COLUMNS)
     assert used["summary"] >= {"test/acc", "val/acc_best", "params/trainable",
                                "params/paper_convention"}
     assert used["history"] >= {"epoch", "val/acc"}
@@ -156,3 +160,12 @@ def test_saving_fails_fast_in_one_line_when_offline(monkeypatch, capsys):
     assert time.monotonic() - started < 10
     assert MAIN(["--wandb-workspace", "entailment-lab", "--dry-run", "x.json"]) == 1
     assert "wants ENTITY/PROJECT" in capsys.readouterr().err
+
+
+def test_the_runs_table_has_both_multinli_dev_sets(spec):
+    columns = spec["runset_settings"]["pinned_columns"]
+    assert MNLI_COLUMNS == ("test_matched/acc", "test_mismatched/acc")
+    assert {f"summary:{key}" for key in MNLI_COLUMNS} <= set(columns)
+    # beside the SNLI test accuracy, in this order
+    at = columns.index("summary:test/acc")
+    assert columns[at + 1:at + 3] == [f"summary:{key}" for key in MNLI_COLUMNS]

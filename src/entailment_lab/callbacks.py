@@ -32,9 +32,11 @@ class ResultsRecorder(L.Callback):
       has its whole validation curve (``src/curves.py``);
     - fit end: the last train/val metrics, ``train/acc_at_best``, the epochs run, what ended
       them (``stopped_by``, ``stop_reason``) and the best checkpoint;
-    - each test loop: its metrics (``test/*``, or ``train/*_eval`` when the module evaluates
-      the training split) and, for the test split, the confusion matrix (a W&B table too)
-      and ``breakdowns`` (accuracy per class and per overlap bucket, ``module.breakdown``).
+    - each test loop: its metrics (``test/*``, ``<set>/*`` for a further test set such as
+      ``test_mismatched`` or an extra test file, or ``train/*_eval`` when the module evaluates
+      the training split), ``breakdowns`` (accuracy per class, per overlap bucket and per
+      ``data.group_fields`` group of each set, ``module.breakdown``) and, for the test split,
+      the confusion matrix (a W&B table too).
 
     ``metrics`` holds everything recorded so far; ``pipeline.train`` returns it.
     """
@@ -97,15 +99,17 @@ class ResultsRecorder(L.Callback):
     # --- test --------------------------------------------------------------------------------
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         metrics = _numbers(trainer, prefixes=(f"{pl_module.eval_prefix}/",))
-        if pl_module.eval_split != "test":  # train/*_eval only, not the fit's train/* values
+        if pl_module.eval_split == "train":  # train/*_eval only, not the fit's train/* values
             metrics = {k: v for k, v in metrics.items() if k.endswith("_eval")}
-        else:
+        elif pl_module.eval_split == "test":
             confusion = pl_module.test_confusion.compute().tolist()
             self.results.update(test_confusion_matrix=confusion, labels=pl_module.label_names)
-        if pl_module.breakdowns:  # accuracy per class and per overlap bucket of each test set
-            self.results.update(breakdowns=pl_module.breakdowns)
             if trainer.is_global_zero:
                 _log_confusion(trainer, confusion, pl_module.label_names)
+        else:  # a further test set: its per-class figures are in its breakdown
+            self.results.update(labels=pl_module.label_names)
+        if pl_module.breakdowns:  # accuracy per class and per group of each test set
+            self.results.update(breakdowns=dict(pl_module.breakdowns))
         self.metrics.update(metrics)
         self.results.update(metrics=self.metrics)
         if trainer.is_global_zero:

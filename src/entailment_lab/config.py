@@ -80,7 +80,8 @@ def data_inputs(data_cfg: Mapping[str, Any]) -> str:
 def check_config(cfg: DictConfig) -> None:
     """Fail before any data is read, in one line: required (``???``) values; the types and
     ranges of ``schema.SCHEMA``; the trainer's precision (``check_precision``); an explicit
-    ``budget=`` that names no budget; a pair model on sentence data or the reverse; then the
+    ``budget=`` that names no budget; the names of ``extra_tests``; a pair model on sentence
+    data or the reverse; then the
     model's own checks of its ``model.net`` values (``Network.check_config``)."""
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
@@ -89,6 +90,7 @@ def check_config(cfg: DictConfig) -> None:
             f"line, e.g. {missing[0]}=..."
         )
     validate(cfg)
+    check_extra_tests(cfg)
     if "trainer" in cfg:
         check_precision(cfg.trainer)
     if "optimizer" in cfg:
@@ -104,6 +106,21 @@ def check_config(cfg: DictConfig) -> None:
                               f"data={cfg.data.name} holds {kind}s; pick a {kind} model (e.g. "
                               f"{fix}) or {network.inputs} data (e.g. {other})")
         network.check_config(OmegaConf.to_container(cfg.model.net, resolve=True))
+
+
+def check_extra_tests(cfg: DictConfig) -> None:
+    """Each ``extra_tests`` name becomes a metric prefix (``NAME/acc``): it may not hold a
+    ``/`` nor be a split or stage of the run (``train``, ``validation``, ``val``, ``test``,
+    ``params``, ``data.test_splits``), whose metrics it would overwrite."""
+    from entailment_lab.data.datamodule import RESERVED_SETS
+
+    data = cfg.get("data") or {}
+    taken = {*RESERVED_SETS, *(data.get("test_splits") or []), *(data.get("files") or {})}
+    for name in cfg.get("extra_tests") or {}:
+        if "/" in str(name) or str(name) in taken or not str(name):
+            raise ConfigError(f"extra_tests.{name}: the name clashes with a split or a stage "
+                              f"of the run ({', '.join(sorted(taken))}) or holds a '/'; name "
+                              "the set otherwise, e.g. +extra_tests.hans=PATH")
 
 
 def check_arguments(node: DictConfig, key: str) -> None:

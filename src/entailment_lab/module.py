@@ -90,11 +90,13 @@ class ClassifierModule(L.LightningModule):
         self.val_acc_best.persistent(True)  # survives resuming from last.ckpt
         self.test_confusion = MulticlassConfusionMatrix(num_classes=num_classes)
         self.train_acc_at_best: float | None = None  # dropout-on running mean, see README
-        # What the test loop is evaluating: "test", or "train" for the eval-mode training
+        # What the test loop is evaluating: "test", another test set (MultiNLI's
+        # "test_mismatched", an extra test file's name), or "train" for the eval-mode training
         # accuracy of the best checkpoint (logged as train/acc_eval, see ``eval_name``).
         self.eval_split = "test"
         # Test accuracy per group (``breakdowns``): breakdown name -> group names, set from
-        # the DataModule's ``group_names`` (e.g. ``overlap``); batches carry ``group/<name>``.
+        # the DataModule's ``group_names_of(split)`` for the set under test (``overlap``,
+        # ``genre``); batches carry ``group/<name>``.
         self.group_names: dict[str, list[str]] = {}
         self.breakdowns: dict[str, dict[str, Any]] = {}
         self._tallies: dict[str, torch.Tensor] = {}  # name -> (groups, 2): [pairs, correct]
@@ -189,15 +191,16 @@ class ClassifierModule(L.LightningModule):
 
     @property
     def eval_prefix(self) -> str:
-        """Where the test loop's metrics go: ``test/`` (``test/loss``, ``test/acc``, ...), or
-        for the training split in eval mode (no dropout, best weights) ``train/`` with an
-        ``_eval`` suffix (``train/acc_eval``): see ``eval_name``."""
-        return "test" if self.eval_split == "test" else self.eval_split
+        """Where the test loop's metrics go: the name of the set under test (``test/loss``,
+        ``test/acc``, ``test_mismatched/acc``, ...); for the training split in eval mode (no
+        dropout, best weights) ``train/`` with an ``_eval`` suffix (``train/acc_eval``): see
+        ``eval_name``."""
+        return self.eval_split
 
     def eval_name(self, name: str) -> str:
-        """The logged name of test-loop metric ``name`` (``acc`` -> ``test/acc`` or
-        ``train/acc_eval``)."""
-        suffix = "" if self.eval_split == "test" else "_eval"
+        """The logged name of test-loop metric ``name`` (``acc`` -> ``test/acc``,
+        ``test_matched/acc`` or ``train/acc_eval``)."""
+        suffix = "_eval" if self.eval_split == "train" else ""
         return f"{self.eval_prefix}/{name}{suffix}"
 
     def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
@@ -223,9 +226,8 @@ class ClassifierModule(L.LightningModule):
             self._tallies[name] = self._tallies.get(name, 0) + counts
 
     def on_test_epoch_end(self) -> None:
-        if self.eval_split == "test":
-            self._log_per_class("test", self.test_metrics)
         if self.eval_split != "train":  # not the eval-mode pass over the training split
+            self._log_per_class(self.eval_prefix, self.test_metrics)
             self.breakdowns[self.eval_prefix] = self.breakdown()
 
     def breakdown(self) -> dict[str, Any]:
@@ -249,6 +251,9 @@ class ClassifierModule(L.LightningModule):
     def on_test_epoch_start(self) -> None:
         self.test_confusion.reset()
         self._tallies = {}
+        for metric in self.test_metrics.values():  # logged per test set, not over several
+            if _per_class(metric):
+                metric.reset()
 
     def l2_penalty(self) -> torch.Tensor:
         """The value of the network's ``l2_penalties``, ``sum lambda / 2 * ||w||^2`` (no grad)."""

@@ -30,7 +30,7 @@ from entailment_lab.config import (
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
-from entailment_lab.errors import ConfigError
+from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.loggers import build_loggers, finish_wandb, resolve_wandb_group
 from entailment_lab.models.base import Network
 from entailment_lab.module import ClassifierModule
@@ -42,14 +42,40 @@ log = logging.getLogger(__name__)
 
 
 # --- builders ----------------------------------------------------------------------------
-def build_datamodule(data_cfg: DictConfig, vocab: Vocabulary | None = None) -> TextDataModule:
-    """The DataModule, set up (read, tokenised, indexed); ``vocab`` fixes the ids (eval)."""
+def build_datamodule(data_cfg: DictConfig, vocab: Vocabulary | None = None,
+                     test: bool = False) -> TextDataModule:
+    """The DataModule, set up (read, tokenised, indexed); ``vocab`` fixes the ids (eval).
+
+    ``test``: the run tests after training, so each of ``data.test_splits`` must have its
+    data; a local file left out fails here, before training, not after it.
+    """
     datamodule = instantiate(data_cfg, "data")
     if vocab is not None:
         datamodule.vocab = vocab
     datamodule.prepare_data()
     datamodule.setup()
+    missing = datamodule.missing_splits(datamodule.test_splits) if test else []
+    if missing:
+        raise DataError(
+            f"data.files.{missing[0]}: not set, but the run tests on "
+            f"{', '.join(datamodule.test_splits)} after training (data.test_splits); give "
+            f"data.files.{missing[0]}=PATH, or test=false")
     return datamodule
+
+
+def extra_test_files(cfg: DictConfig) -> dict[str, str]:
+    """``extra_tests``: name -> file of each further labelled test set (null entries dropped)."""
+    extra = cfg.get("extra_tests") or {}
+    return {str(name): str(path) for name, path in extra.items() if path is not None}
+
+
+def add_extra_tests(cfg: DictConfig, datamodule: TextDataModule) -> list[str]:
+    """Read ``extra_tests`` into ``datamodule`` (its reader, vocabulary and label names);
+    their names, in order."""
+    extra = extra_test_files(cfg)
+    for name, path in extra.items():
+        datamodule.add_test_file(name, path)
+    return list(extra)
 
 
 def build_net(net_cfg: DictConfig, embedding: nn.Embedding, num_classes: int,
@@ -186,7 +212,10 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
         resolve_wandb_group(cfg, resumed.wandb_group)  # the same run, the same group
     resolve_wandb_group(cfg)  # before the config is recorded
     vocab = resumed.vocab if resumed else None
-    datamodule = build_datamodule(cfg.data, vocab)
+    datamodule = build_datamodule(cfg.data, vocab, test=bool(cfg.get("test")))
+    extra = add_extra_tests(cfg, datamodule) if cfg.get("test") else []
+    if extra_test_files(cfg) and not cfg.get("test"):
+        log.warning("extra_tests are not evaluated: test=false")
     embedding = instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
     net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -204,7 +233,8 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     trainer: L.Trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks,
                                       logger=loggers or False)
     try:
-        _fit_and_test(cfg, trainer, module, datamodule, recorder)
+        _fit_and_test(cfg, trainer, module, datamodule, recorder,
+                      [*datamodule.test_splits, *extra])
     except BaseException as err:
         stop = stop_signal(trainer, err)
         if stop is None:
@@ -215,8 +245,11 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
 
 
 def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, module: ClassifierModule,
-                  datamodule: TextDataModule, recorder: ResultsRecorder) -> None:
-    """Fit, then (``eval_train``) the best checkpoint on the training split, then test."""
+                  datamodule: TextDataModule, recorder: ResultsRecorder,
+                  test_sets: list[str]) -> None:
+    """Fit, then (``eval_train``) the best checkpoint on the training split, then test it on
+    each of ``test_sets`` (``data.test_splits``, then the ``extra_tests``), each recorded
+    under its own name."""
     with warnings.catch_warnings():
         # Said once below instead (a run stopped before its first validation).
         warnings.filterwarnings("ignore", r".*could not find the monitored key")
@@ -238,11 +271,16 @@ def _fit_and_test(cfg: DictConfig, trainer: L.Trainer, module: ClassifierModule,
         module.eval_split = "test"
     if cfg.get("test"):  # the best checkpoint (fast_dev_run saves none: the last weights)
         ckpt_path = None if trainer.fast_dev_run else best or None
-        trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        for name in test_sets:
+            module.eval_split = datamodule.test_split = name
+            module.group_names = datamodule.group_names_of(name)
+            trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        module.eval_split = datamodule.test_split = "test"
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    """Evaluate ``cfg.ckpt_path`` on ``cfg.split``; write ``results.json`` in the job folder."""
+    """Evaluate ``cfg.ckpt_path`` on ``cfg.split`` and on each ``extra_tests`` file; write
+    ``results.json`` in the job folder."""
     return _with_results(_evaluate, cfg, {"task": "eval", "ckpt_path": cfg.ckpt_path,
                                           "split": cfg.split})
 
@@ -286,12 +324,18 @@ def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     loggers = build_loggers(cfg)
     trainer: L.Trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False,
                                       callbacks=[])
-    module.group_names = datamodule.group_names
-    trainer.test(module, dataloaders=datamodule.dataloader(cfg.split))
-    metrics = {f"{cfg.split}/{k.removeprefix('test/')}": clean_number(v)
-               for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
-    results.update(metrics=metrics, confusion_matrix=module.test_confusion.compute().tolist(),
-                   labels=module.label_names,
-                   breakdowns={cfg.split: module.breakdowns.get("test", {})})
+    metrics: dict[str, Any] = {}
+    breakdowns: dict[str, Any] = {}
+    confusion: list[list[int]] = []
+    for name in [cfg.split, *add_extra_tests(cfg, datamodule)]:
+        module.group_names = datamodule.group_names_of(name)
+        trainer.test(module, dataloaders=datamodule.dataloader(name))
+        metrics.update({f"{name}/{k.removeprefix('test/')}": clean_number(v)
+                        for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
+        breakdowns[name] = module.breakdowns.get("test", {})
+        if name == cfg.split:
+            confusion = module.test_confusion.compute().tolist()
+    results.update(metrics=metrics, confusion_matrix=confusion, labels=module.label_names,
+                   breakdowns=breakdowns)
     log.info("%s", metrics)
     return metrics

@@ -127,7 +127,7 @@ SCHEMA: dict[str, Knob] = {
     "eval_train": boolean(),
     "optimized_metric": text(null=True),
     "objective_on_nan": number(),
-    "split": choice("test", "validation", "train"),
+    "split": text(),  # train, validation, test or a test split (e.g. MultiNLI's test_matched)
     "batch_size": integer(1, example=256),
     "device": choice("cpu", "cuda", "auto"),
     # --- trainer (conf/trainer/) ---
@@ -183,6 +183,11 @@ SCHEMA: dict[str, Knob] = {
     "data.hypothesis_only": boolean(),
     "data.label_names": string_list(),
     "data.files.*": text(null=True),
+    "data.test_splits": string_list(),
+    "data.hub_splits.*": text(),
+    "data.validate_on": text(null=True),
+    "data.group_fields": string_list(),
+    "extra_tests.*": text(null=True),
     # --- embeddings (conf/embeddings/) ---
     "embeddings.dim": integer(1, example=300),
     "embeddings.freeze": boolean(),

@@ -1,8 +1,9 @@
 """One DataModule for sentence pairs (SNLI, SICK) and single sentences (SST, TREC).
 
 ``prepare_data`` downloads a hub dataset into the local cache. Pipeline (``setup``): read
-splits (the cached hub dataset or local files) -> validate, label names -> ids -> drop
-unlabelled rows (label -1, SNLI's gold ``-``) -> optionally carve a validation split from
+splits (the cached hub dataset or local files: train, validation, and one or more test splits)
+-> validate, label names -> ids -> drop unlabelled rows (label -1, SNLI's gold ``-``) -> number
+each split's groups (``group_fields``) -> optionally carve a validation split from
 train -> tokenise (batched ``datasets.map``, cached by ``datasets``) -> build the vocabulary
 from ``vocab_splits`` (or take the one stored in a checkpoint) -> index and truncate ->
 batches of similar length.
@@ -14,6 +15,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -37,6 +39,8 @@ from entailment_lab.errors import ConfigError, DataError
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
+#: Names no further evaluated set may take: its metrics (``NAME/acc``) would mix with a stage's.
+RESERVED_SETS = (*SPLITS, "val", "params")
 
 
 #: Lexical-overlap buckets of a pair: the share of the hypothesis's word types (tokens with a
@@ -108,7 +112,8 @@ class TextDataModule(L.LightningDataModule):
             label is in ``drop_labels`` (default ``[-1]``) are removed.
         label_names: class names in id order (their number is the number of classes).
         hub_name / hub_config: a Hugging Face hub dataset, used when no local file is given.
-        files: split -> local file: ``.jsonl``, tab-separated ``.txt`` / ``.tsv`` or ``.csv``
+        files: split (``train``, ``validation``, ``test`` or a name of ``test_splits``) ->
+            local file: ``.jsonl``, tab-separated ``.txt`` / ``.tsv`` or ``.csv``
             with a header row (each also ``.gz``), or ``.parquet`` (``sources.py``). If any is
             set, only local files are read.
         val_from_train: carve this many (int) or this fraction (float < 1) of train pairs
@@ -123,6 +128,18 @@ class TextDataModule(L.LightningDataModule):
         train_size: train on this many pairs only (after the carve): the first N of a shuffle
             seeded by ``split_seed``, so smaller sizes are subsets of larger ones (learning
             curves).
+        test_splits: the splits tested (best checkpoint) after training, each recorded under
+            its own name (``<split>/acc``, ``breakdowns.<split>``); besides ``train``,
+            ``validation`` and ``test``, these names may be given in ``files``. MultiNLI tests
+            on both dev sets: ``[test_matched, test_mismatched]``.
+        hub_splits: our split name -> the hub dataset's (e.g. ``test_matched:
+            validation_matched``); a split not named here has the same name on the hub.
+        validate_on: validate on one of the test splits (its file or hub split, read once):
+            a name in ``test_splits`` or its suffix after ``test_`` (``matched`` for
+            ``test_matched``); then ``files.validation`` is not given.
+        group_fields: columns that split a test set into groups (e.g. MultiNLI's ``genre``):
+            each a breakdown of the test accuracy whose groups are the values found in that
+            split, sorted; a split without the column has no such breakdown.
         vocab_splits: splits whose tokens make the vocabulary (SNLI papers use all three).
         max_length: longer sentences are truncated (reported once at setup).
         hypothesis_only: replace every premise by one constant token (``<unk>``), so that a
@@ -159,6 +176,10 @@ class TextDataModule(L.LightningDataModule):
         val_group_by: str | None = None,
         train_size: int | None = None,
         hypothesis_only: bool = False,
+        test_splits: Sequence[str] = ("test",),
+        hub_splits: Mapping[str, str] | None = None,
+        validate_on: str | None = None,
+        group_fields: Sequence[str] = (),
         name: str | None = None,
     ) -> None:
         super().__init__()
@@ -179,20 +200,72 @@ class TextDataModule(L.LightningDataModule):
             raise ConfigError(f"data.hypothesis_only=true needs sentence pairs (premise and "
                               f"hypothesis), but this data has {self.keys}: use pair data "
                               "(e.g. data=snli) or data.hypothesis_only=false")
-        #: breakdown name -> the names of its group ids (batched as ``group/<name>``)
+        #: breakdown name -> the names of its group ids (batched as ``group/<name>``), for
+        #: every split; ``group_names_of`` adds a split's own (``group_fields``)
         self.group_names: dict[str, list[str]] = (
             {"overlap": list(OVERLAP_BUCKETS)} if self.pairs else {})
+        self.split_group_names: dict[str, dict[str, list[str]]] = {}
+        self.group_fields = list(group_fields)
+        clash = sorted(set(self.group_fields) & {*self.group_names, *self.keys, "label"})
+        if clash:
+            raise ConfigError(f"data.group_fields: {clash} name a built-in breakdown or a batch "
+                              "key; give the data's columns that group pairs, e.g. [genre]")
         self.columns = {key: candidates(v) for key, v in fields.items()}
         self.columns["label"] = candidates(label_field)
+        self.test_splits = list(test_splits)
+        for split in self.test_splits:
+            if split in ("train", "validation") or "/" in split or not split:
+                raise ConfigError(f"data.test_splits: {split!r} cannot be a test split (not "
+                                  "train or validation, no '/'); e.g. [test]")
+        #: every split name this corpus may have, in order
+        self.split_names = list(dict.fromkeys([*SPLITS, *self.test_splits]))
+        self.hub_splits = dict(hub_splits or {})
+        self.validation_source = self._validation_source(validate_on)
         self.files = {k: v for k, v in (files or {}).items() if v}
-        unknown = set(self.files) - set(SPLITS)
+        unknown = set(self.files) - set(self.split_names)
         if unknown:
-            raise ConfigError(f"data.files: unknown split(s) {sorted(unknown)}; use {SPLITS}")
+            raise ConfigError(f"data.files: unknown split(s) {sorted(unknown)}; use "
+                              f"{tuple(self.split_names)}")
         if not self.files and not hub_name:
             raise ConfigError("data: set data.hub_name or data.files.<split>=PATH")
+        if self.validation_source and "validation" in self.files:
+            raise ConfigError(f"data.files.validation and data.validate_on={validate_on} both "
+                              "name a validation set; give one (data.validate_on=null to use "
+                              "the file)")
+        if self.validation_source and val_from_train:
+            raise ConfigError(f"data.val_from_train and data.validate_on={validate_on} both "
+                              "name a validation set; give one")
+        if self.files and self.validation_source and self.validation_source not in self.files:
+            raise ConfigError(
+                f"data.files.{self.validation_source}: not set, but data.validate_on="
+                f"{validate_on} validates on it; give data.files.{self.validation_source}=PATH")
         self.vocab: Vocabulary | None = None
         self.splits: dict[str, datasets.Dataset] = {}
+        self.test_split = "test"  # what test_dataloader() serves
         self.stats: dict[str, Any] = {}
+
+    def _validation_source(self, validate_on: str | None) -> str | None:
+        """The test split that ``validate_on`` names (``matched`` -> ``test_matched``)."""
+        if validate_on is None:
+            return None
+        for split in (validate_on, f"test_{validate_on}"):
+            if split in self.test_splits:
+                return split
+        options = ", ".join(s.removeprefix("test_") for s in self.test_splits)
+        raise ConfigError(f"data.validate_on={validate_on}: not one of the test splits; use "
+                          f"one of {options} (data.test_splits: {self.test_splits})")
+
+    def missing_splits(self, splits: Iterable[str]) -> list[str]:
+        """Those of ``splits`` that no local file gives (always none for hub data, whose
+        missing splits fail when it is read)."""
+        if not self.files:
+            return []
+        given = {*self.files, *(["validation"] if self.validation_source else [])}
+        return [s for s in splits if s not in given]
+
+    def group_names_of(self, split: str) -> dict[str, list[str]]:
+        """Breakdown name -> group names of ``split``'s ``group/<name>`` ids (after setup)."""
+        return {**self.group_names, **self.split_group_names.get(split, {})}
 
     @property
     def label_names(self) -> list[str]:
@@ -213,29 +286,53 @@ class TextDataModule(L.LightningDataModule):
         return hp.seed if hp.split_seed is None else hp.split_seed
 
     # --- reading -------------------------------------------------------------------------
+    def _local_splits(self) -> list[str]:
+        """The splits that local files replace the hub with (named in the offline error)."""
+        wanted = ["train", "validation", *self.test_splits]
+        return [s for s in wanted if not (s == "validation" and self.validation_source)]
+
     def _read(self) -> dict[str, datasets.Dataset]:
         hp = self.hparams
-        drop_labels = list(hp.drop_labels)
         if self.files:
             raw = {split: load_local_split(path, split, hp.cache_dir)
                    for split, path in self.files.items()}
         else:
-            wanted = [s for s in SPLITS if s != "validation" or not hp.val_from_train]
-            raw = load_hub_splits(hp.hub_name, hp.hub_config, wanted, hp.cache_dir)
-        out = {}
-        for split, ds in raw.items():
-            source = str(self.files[split]) if self.files else None
-            ds = prepare_split(ds, split, self.columns, self.label_names, drop_labels, source)
-            if drop_labels:
-                before = len(ds)
-                labels = np.asarray(ds.data.column("label"))
-                keep = np.flatnonzero(~np.isin(labels, drop_labels))
-                if len(keep) < before:
-                    ds = ds.select(keep)
-                    log.info("%s: dropped %d rows with label in %s (no gold label)",
-                             split, before - len(keep), drop_labels)
-            out[split] = ds
+            wanted = [s for s in self._local_splits()
+                      if s != "validation" or not hp.val_from_train]
+            names = {s: self.hub_splits.get(s, s) for s in wanted}
+            hub = load_hub_splits(hp.hub_name, hp.hub_config, list(dict.fromkeys(names.values())),
+                                  hp.cache_dir, self._local_splits())
+            raw = {s: hub[name] for s, name in names.items()}
+        out = {split: self._prepare(split, ds, str(self.files[split]) if self.files else None)
+               for split, ds in raw.items()}
+        if self.validation_source:  # the same rows, read once
+            out["validation"] = out[self.validation_source]
         return out
+
+    def _prepare(self, split: str, ds: datasets.Dataset, source: str | None
+                 ) -> datasets.Dataset:
+        """Validate a raw split, drop rows without a gold label, number its groups."""
+        drop_labels = list(self.hparams.drop_labels)
+        ds = prepare_split(ds, split, self.columns, self.label_names, drop_labels, source,
+                           keep=self.group_fields)
+        if drop_labels:
+            before = len(ds)
+            labels = np.asarray(ds.data.column("label"))
+            keep = np.flatnonzero(~np.isin(labels, drop_labels))
+            if len(keep) < before:
+                ds = ds.select(keep)
+                log.info("%s: dropped %d rows with label in %s (no gold label)",
+                         split, before - len(keep), drop_labels)
+        groups = {}
+        for field in self.group_fields:
+            if field not in ds.column_names:
+                continue
+            values = ["" if v is None else str(v) for v in ds.data.column(field).to_pylist()]
+            names, ids = np.unique(np.asarray(values, dtype=object), return_inverse=True)
+            ds = ds.add_column(f"group_{field}", ids.astype(np.int64).tolist())
+            groups[field] = [str(n) for n in names]  # sorted
+        self.split_group_names[split] = groups
+        return ds
 
     def _carve_validation(self, raw: dict[str, datasets.Dataset]) -> None:
         n, group_by = self.hparams.val_from_train, self.hparams.val_group_by
@@ -290,7 +387,7 @@ class TextDataModule(L.LightningDataModule):
         """
         if not self.files:
             hp = self.hparams
-            download_hub_dataset(hp.hub_name, hp.hub_config, hp.cache_dir)
+            download_hub_dataset(hp.hub_name, hp.hub_config, hp.cache_dir, self._local_splits())
 
     def setup(self, stage: str | None = None) -> None:
         """Read, tokenise, build the vocabulary (unless one was set) and index every split."""
@@ -299,18 +396,15 @@ class TextDataModule(L.LightningDataModule):
         raw = self._read()
         self._carve_validation(raw)
         self._subsample_train(raw)
-        tokenized = {
-            split: ds.map(
-                tokenize_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
-                fn_kwargs={"keys": self.keys, "lowercase": self.hparams.lowercase,
-                           "pairs": self.pairs, "hypothesis_only": self.hparams.hypothesis_only},
-                desc=f"tokenise {split}",
-            )
-            for split, ds in raw.items()
-        }
+        tokenized = {split: self._tokenize(split, ds) for split, ds in raw.items()}
         vocab_splits = list(self.hparams.vocab_splits)
         if self.vocab is None:
             missing = [s for s in vocab_splits if s not in tokenized]
+            if missing and self.files and missing[0] in self.split_names:
+                tested = " (a test split: data.test_splits)" * (missing[0] in self.test_splits)
+                raise DataError(
+                    f"data.files.{missing[0]}: not set, but data.vocab_splits names it"
+                    f"{tested}; give data.files.{missing[0]}=PATH")
             if missing:
                 raise ConfigError(
                     f"data.vocab_splits names {missing}, which this corpus does not have "
@@ -323,15 +417,51 @@ class TextDataModule(L.LightningDataModule):
             )
         log.info("vocabulary: %d tokens from %s", len(self.vocab), vocab_splits)
         for split, ds in tokenized.items():
-            ds = ds.map(
-                index_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
-                fn_kwargs={"keys": self.keys, "stoi": self.vocab.stoi,
-                           "max_length": self.hparams.max_length},
-                remove_columns=[f"{key}_tokens" for key in self.keys] + self.keys,
-                desc=f"index {split}",
-            )
-            self._report_lengths(split, ds)
-            self.splits[split] = ds
+            self.splits[split] = self._index(split, ds)
+        if self.validation_source:
+            self.split_group_names["validation"] = self.split_group_names[self.validation_source]
+
+    def _tokenize(self, split: str, ds: datasets.Dataset) -> datasets.Dataset:
+        return ds.map(
+            tokenize_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
+            fn_kwargs={"keys": self.keys, "lowercase": self.hparams.lowercase,
+                       "pairs": self.pairs, "hypothesis_only": self.hparams.hypothesis_only},
+            desc=f"tokenise {split}",
+        )
+
+    def _index(self, split: str, ds: datasets.Dataset) -> datasets.Dataset:
+        ds = ds.map(
+            index_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
+            fn_kwargs={"keys": self.keys, "stoi": self.vocab.stoi,
+                       "max_length": self.hparams.max_length},
+            remove_columns=[f"{key}_tokens" for key in self.keys] + self.keys,
+            desc=f"index {split}",
+        )
+        self._report_lengths(split, ds)
+        return ds
+
+    def add_test_file(self, name: str, path: str) -> None:
+        """Read a further labelled test set (``extra_tests.NAME=PATH``) with the reader, label
+        names and vocabulary of this run (after ``setup``): evaluated as split ``name``.
+
+        Errors name the key: ``extra_tests.<name>: ...`` (a clash with a split of this corpus,
+        a missing file, a label outside ``label_names`` with its file, line and field).
+        """
+        key = f"extra_tests.{name}"
+        if self.vocab is None:
+            raise RuntimeError("add_test_file needs the vocabulary: call setup() first")
+        taken = {*RESERVED_SETS, *self.split_names, *self.splits}
+        if not name or "/" in name or name in taken:
+            raise ConfigError(f"{key}: the name clashes with a split or a stage of the run "
+                              f"({', '.join(sorted(taken))}) or holds a '/'; name the set "
+                              "otherwise, e.g. +extra_tests.hans=PATH")
+        try:
+            ds = self._prepare(name, load_local_split(path, name, self.hparams.cache_dir, key),
+                               str(Path(path).expanduser()))
+        except DataError as err:
+            message = str(err)
+            raise DataError(message if message.startswith(key) else f"{key}: {message}") from None
+        self.splits[name] = self._index(name, self._tokenize(name, ds))
 
     def _num_proc(self, ds: datasets.Dataset) -> int | None:
         num_proc = self.hparams.num_proc
@@ -382,7 +512,7 @@ class TextDataModule(L.LightningDataModule):
         return DataLoader(
             self.splits[split],
             batch_sampler=sampler,
-            collate_fn=PadCollator(self.keys, groups=list(self.group_names)),
+            collate_fn=PadCollator(self.keys, groups=list(self.group_names_of(split))),
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
         )
@@ -402,7 +532,9 @@ class TextDataModule(L.LightningDataModule):
         return self._loader("validation", shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        """The loader of ``test_split``: ``test``, or the set the pipeline is testing now (one
+        of ``test_splits`` or an extra test set)."""
+        return self._loader(self.test_split, shuffle=False)
 
     def dataloader(self, split: str) -> DataLoader:
         """An evaluation loader for any split (used by eval.py)."""

@@ -189,15 +189,17 @@ def _explain_load_error(file: Path, fmt: FileFormat, err: BaseException) -> str:
            f"{text[0] if text else ''})"
 
 
-def load_local_split(path: str | os.PathLike, split: str, cache_dir: str | None = None
-                     ) -> datasets.Dataset:
-    """One split from a local file (formats: the module docstring), through ``datasets``."""
+def load_local_split(path: str | os.PathLike, split: str, cache_dir: str | None = None,
+                     key: str | None = None) -> datasets.Dataset:
+    """One split from a local file (formats: the module docstring), through ``datasets``;
+    errors name the config ``key`` that gave the file (default ``data.files.<split>``)."""
+    key = key or f"data.files.{split}"
     file = Path(path).expanduser()
     if not file.is_file():
-        raise DataError(f"data.files.{split}: no such file '{file}'")
+        raise DataError(f"{key}: no such file '{file}'")
     fmt = file_format(file)
     head = [file.name] * bool(file.stat().st_size) if fmt.builder == "parquet" else _head(file)
-    one_per_line = f"data.files.{split} must name a file with one example per line"
+    one_per_line = f"{key} must name a file with one example per line"
     if not head:
         raise DataError(f"{file}: the file is empty; {one_per_line}")
     options = dict(fmt.options)
@@ -293,12 +295,14 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def _load_hub_dataset(name: str, config: str | None, cache_dir: str | None, online: bool,
-                      state: str) -> datasets.DatasetDict:
+                      state: str, splits: Sequence[str] = ("train", "validation", "test")
+                      ) -> datasets.DatasetDict:
     """``datasets.load_dataset`` from the hub (``online``) or from the local cache only; a
-    failure is one ``DataError`` line that says ``state`` and how to use local files."""
+    failure is one ``DataError`` line that says ``state`` and how to use local files (one
+    ``data.files.<split>=PATH`` for each of ``splits``)."""
     how_local = (
-        "use local files in the hub's schema instead: data.files.train=PATH "
-        f"data.files.validation=PATH data.files.test=PATH ({_SUPPORTED})"
+        "use local files in the hub's schema instead: "
+        f"{' '.join(f'data.files.{s}=PATH' for s in splits)} ({_SUPPORTED})"
     )
     try:
         if online:
@@ -313,21 +317,25 @@ def _load_hub_dataset(name: str, config: str | None, cache_dir: str | None, onli
         ) from err
 
 
-def download_hub_dataset(name: str, config: str | None, cache_dir: str | None = None) -> None:
+def download_hub_dataset(name: str, config: str | None, cache_dir: str | None = None,
+                         local_splits: Sequence[str] = ("train", "validation", "test")) -> None:
     """Download a hub dataset into the local cache (``prepare_data``).
 
-    Offline (the hub unreachable), only check that the cache has it, failing fast otherwise.
+    Offline (the hub unreachable), only check that the cache has it, failing fast otherwise;
+    the error names the ``data.files.<split>`` keys of ``local_splits`` that replace the hub.
     """
     online = hub_reachable()
     state = "online" if online else "offline (the hub is unreachable)"
-    _load_hub_dataset(name, config, cache_dir, online, state)
+    _load_hub_dataset(name, config, cache_dir, online, state, local_splits)
 
 
-def load_hub_splits(name: str, config: str | None, splits: list[str], cache_dir: str | None = None
+def load_hub_splits(name: str, config: str | None, splits: list[str], cache_dir: str | None = None,
+                    local_splits: Sequence[str] = ("train", "validation", "test")
                     ) -> dict[str, datasets.Dataset]:
     """Splits of a hub dataset from the local cache (``download_hub_dataset`` fills it)."""
     ds = _load_hub_dataset(name, config, cache_dir, online=False,
-                           state="from the local cache, which prepare_data() fills")
+                           state="from the local cache, which prepare_data() fills",
+                           splits=local_splits)
     missing = [s for s in splits if s not in ds]
     if missing:
         raise DataError(f"hub dataset '{name}' has no split(s) {missing} (has {list(ds)})")
@@ -430,6 +438,7 @@ def prepare_split(
     label_names: Sequence[str],
     drop_labels: Sequence[int],
     source: str | None,
+    keep: Sequence[str] = (),
 ) -> datasets.Dataset:
     """Validate one raw split and return it with the batch keys as columns and integer labels.
 
@@ -437,6 +446,8 @@ def prepare_split(
     ``source`` is the local file (errors name its lines) or ``None`` for hub data (rows).
     Text columns must hold non-null strings; labels are ids or names (``label_lookup``),
     names mapped to ids through ``label_names`` (a ``ClassLabel`` feature afterwards).
+    Columns named in ``keep`` (e.g. MultiNLI's ``genre``) stay as they are where the data has
+    them; every other column is dropped.
     """
     where = source or f"split '{split}'"
     columns = resolve_columns(ds.column_names, candidates, where)
@@ -479,7 +490,8 @@ def prepare_split(
         row = pc.index(bad, True).as_py()
         raise fail(row, "label", f"has the unknown label {labels[row].as_py()!r}", accepted)
 
-    ds = ds.select_columns(list(dict.fromkeys(columns.values())))
+    kept = [c for c in keep if c in ds.column_names and c not in {*columns, *columns.values()}]
+    ds = ds.select_columns(list(dict.fromkeys([*columns.values(), *kept])))
     ds = ds.rename_columns({c: k for k, c in columns.items() if c != k})
     if not pa.types.is_integer(labels.type):
         features = ds.features.copy()

@@ -7,7 +7,8 @@ every key against a real offline run):
 
 - the runs table: runs tagged ``table2``, grouped by row (config ``model.name``, then ``dim``:
   one Table 2 row is one model at one size; rows 10 and 12 are one setting), with the summary
-  columns below;
+  columns below; a MultiNLI run (``data=mnli``) fills the columns of its two dev sets
+  (``test_matched/acc``, ``test_mismatched/acc``), which stay empty for the others;
 - "Table 2: mean ± std per row": one bar chart a metric, mean ± std over a row's runs (seeds);
 - "Accuracy vs parameters": test accuracy against the parameter count in the paper's
   convention (log scale), and the paper's points beside it as a Markdown table (a workspace
@@ -31,7 +32,8 @@ NAME = "Table 2 (entailment-lab)"
 TAG = "table2"  # every Table 2 experiment file tags its runs so (conf/experiment/table2/)
 ROW_KEYS = ("model.name", "dim")  # config keys that name a row: the runs table's grouping
 # Summary columns of the runs table, and the metrics shown as mean ± std per row.
-COLUMNS = ("test/acc", "val/acc_best", "train/acc_eval", "params/trainable",
+MNLI_COLUMNS = ("test_matched/acc", "test_mismatched/acc")  # data=mnli runs only (conf/data/)
+COLUMNS = ("test/acc", *MNLI_COLUMNS, "val/acc_best", "train/acc_eval", "params/trainable",
            "params/paper_convention", "epochs", "stopped_by")
 MEAN_STD = ("test/acc", "val/acc_best", "params/trainable", "params/paper_convention")
 ACCURACY, PARAMS = "test/acc", "params/paper_convention"  # the scatter's y and x
