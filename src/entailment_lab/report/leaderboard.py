@@ -230,7 +230,10 @@ def learning_curve_table(rows: Iterable[Row], data: str, root: Path) -> str:
         cells = [curve[n].cell(curve[n].tests) if n in curve else "–" for n in [*sizes, None]]
         jobs = [j for r in curve.values() for j in r.jobs]
         studies = sorted({_study(Path(j.folder), root) for j in jobs})
-        flags = sorted({f for r in curve.values() for f in r.flags})
+        flags = sorted({f for r in curve.values() for f in r.flags if not f.endswith("commits")})
+        commits = {j.commit for j in jobs}
+        if len(commits) > 1:
+            flags.append(f"{len(commits)} commits")
         lines.append(f"| {label} | " + " | ".join(cells) + " | " +
                      ", ".join(f"`{s}`" for s in studies) + f" | {'; '.join(flags) or '–'} |")
         # one sweep over the smaller sizes (the whole-set row's command is in the table above)
