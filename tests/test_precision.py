@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from omegaconf import open_dict
 
 from entailment_lab.config import check_precision, instantiate
+from entailment_lab.data.batching import network_inputs
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import pack, run_rnn
 from entailment_lab.pipeline import build_datamodule, build_net, train
@@ -145,7 +146,7 @@ def networks(pair_files, sentence_files, tmp_path_factory):
             embedding = instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
             net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
             batch = next(iter(datamodule.dataloader("train")))
-            built[model] = (net, {k: v for k, v in batch.items() if k != "label"},
+            built[model] = (net, network_inputs(batch),
                             batch["label"])
         return built[model]
 

@@ -23,7 +23,7 @@ from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from entailment_lab.data.batching import GROUP_PREFIX
+from entailment_lab.data.batching import GROUP_PREFIX, network_inputs
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
 from entailment_lab.models.common import count_trainable_parameters
@@ -103,9 +103,7 @@ class ClassifierModule(L.LightningModule):
 
     # --- forward -------------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
-        inputs = {k: v for k, v in batch.items()
-                  if k != "label" and not k.startswith(GROUP_PREFIX)}
-        return self.net(**inputs, **kwargs)
+        return self.net(**network_inputs(batch), **kwargs)
 
     def _step(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self(batch)["logits"]

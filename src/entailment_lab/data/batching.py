@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -114,6 +114,11 @@ def pad_ids(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Ten
 #: Batch keys that name an example's group for the evaluation breakdowns (``group/overlap``):
 #: read by the LightningModule, never passed to the network.
 GROUP_PREFIX = "group/"
+
+
+def network_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch less what no network reads: the labels and the ``group/`` ids."""
+    return {k: v for k, v in batch.items() if k != "label" and not k.startswith(GROUP_PREFIX)}
 
 
 class PadCollator:
