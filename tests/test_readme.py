@@ -43,6 +43,8 @@ TINY = {
                                    "--batch", "4"],
     "benchmarks/bench_diin.py": ["--steps", "1", "--warmup", "1", "--rounds", "1", "--batch", "4",
                                  "--seq-length", "16", "--threads", "1"],
+    "benchmarks/profile_step.py": ["--batches", "2", "--warmup", "1", "--dim", "16"],
+    "benchmarks/cost_growth.py": ["--quick", "--models", "decatt"],
 }
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
        "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -173,6 +175,7 @@ def _benchmark_command(script: str, args: list[str], tmp_path: Path,
     args = [_check_path(a, tmp_path, runs=True) if "/" in a and not a.startswith("-") else a
             for a in args]
     monkeypatch.setattr(sys, "argv", [script, *args, *TINY[script]])
+    monkeypatch.chdir(tmp_path)  # what a benchmark writes (e.g. --out DIR) stays out of the repo
     try:  # in-process: the interpreter and torch are already loaded
         runpy.run_path(str(REPO / script), run_name="__main__")
     except SystemExit as exit_:

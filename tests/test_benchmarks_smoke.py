@@ -1,0 +1,63 @@
+"""The issue-50 benchmarks run end to end with their smallest options and print their tables:
+``benchmarks/profile_step.py`` (the epoch's split) and ``benchmarks/cost_growth.py`` (cost
+against length and batch size)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, *args: str, cwd: Path) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+NUMBER = r"(-?\d+(?:\.\d+)?)"
+
+
+def test_profile_step_prints_the_split(tmp_path: Path) -> None:
+    out = run("profile_step.py", "--model", "decatt", "--batches", "3", "--warmup", "1",
+              "data.batch_size=16", cwd=tmp_path)
+    rows = {m.group(1).strip(): (float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(rf"^([a-zA-Z ]+?)\s+{NUMBER}\s+{NUMBER}%\s+{NUMBER} \|\s+"
+                                 rf"{NUMBER}\s+{NUMBER}%$", out, re.MULTILINE)}
+    parts = ["data", "forward", "backward", "optimiser", "loop and callbacks"]
+    assert list(rows) == [*parts, "Trainer epoch"], out
+    assert "3 steps" in out
+    epoch = rows["Trainer epoch"][0]
+    assert epoch > 0 and rows["Trainer epoch"][1] == 100.0
+    # the parts add up to the epoch (printed to 2 decimals each)
+    assert sum(rows[p][0] for p in parts) == pytest.approx(epoch, abs=0.05)
+    assert rows["forward"][0] > 0 and rows["backward"][0] > 0, out
+    framework, share = map(float, re.search(rf"{NUMBER} s = {NUMBER} % of the epoch",
+                                            out).groups())
+    assert framework == pytest.approx(
+        epoch - sum(rows[p][0] for p in ("forward", "backward", "optimiser")), abs=0.04)
+    assert 0 <= share <= 100
+    assert re.search(r"Trainer epoch / bare loop = \d+\.\d+x \(CPU time \d+\.\d+x\)", out), out
+
+
+def test_cost_growth_prints_one_row_per_model_and_point(tmp_path: Path) -> None:
+    out = run("cost_growth.py", "--quick", "--out", str(tmp_path / "plots"), cwd=tmp_path)
+    rows = re.findall(rf"^(din1|diin|decatt)\s+(\d+)\s+(\d+)\s+{NUMBER}\s+{NUMBER}\s+"
+                      rf"(\S+)\s+(\d+)\s+(\d+)$", out, re.MULTILINE)
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("din1", "8", "8"), ("diin", "8", "8"), ("decatt", "8", "8")], out
+    for row in rows:
+        assert float(row[3]) > 0
+        assert int(row[6]) >= int(row[7]) > 0  # all aten events >= the kernel ops among them
+    if sys.platform.startswith("linux"):
+        assert all(float(r[5]) > 0 for r in rows), out
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "cost_growth_decatt.png", "cost_growth_diin.png", "cost_growth_din1.png"]
