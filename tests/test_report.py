@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -610,3 +611,22 @@ def test_plot_labels_do_not_overlap(tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_copies_of_runs_from_another_checkout_name_no_folder_of_this_machine(sweep, tmp_path,
+                                                                           monkeypatch):
+    """A study published from the main checkout of runs made in a clean worktree elsewhere:
+    the paths are made relative to the run's own checkout, not only the working directory."""
+    worktree = tmp_path / "worktree"
+    (worktree / "multirun" / "study").mkdir(parents=True)
+    (worktree / ".git").write_text("gitdir: /elsewhere/.git/worktrees/w\n")  # a worktree's
+    run = worktree / "multirun" / "study" / "0"
+    shutil.copytree(sweep / "outputs" / "sick_run", run)
+    data = json.loads((run / "results.json").read_text())
+    data["best_checkpoint"] = str(run / "checkpoints" / "epoch_003.ckpt")
+    (run / "results.json").write_text(json.dumps(data))
+    monkeypatch.chdir(sweep)
+    make_report([worktree / "multirun" / "study"], out=sweep / "docs", plot=False,
+                copy_results=True)
+    copy = json.loads((sweep / "docs" / "runs" / "study" / "0" / "results.json").read_text())
+    assert copy["best_checkpoint"] == "multirun/study/0/checkpoints/epoch_003.ckpt"

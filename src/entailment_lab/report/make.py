@@ -52,18 +52,32 @@ def results_copies(paths: Sequence[str | os.PathLike], runs_dir: Path) -> dict[P
     return copies
 
 
+def checkout_of(folder: Path) -> Path | None:
+    """The git checkout (a folder holding ``.git``, a worktree's file included) that holds
+    ``folder``: the repository root its run was started from; ``None`` outside any."""
+    for parent in [folder.resolve(), *folder.resolve().parents]:
+        if (parent / ".git").exists():
+            return parent
+    return None
+
+
 def _portable(results: Path) -> bytes:
-    """A results file as it may leave this machine: every path below the working directory
-    (the repository root that runs are started from: ``best_checkpoint``, a ``resume``
-    command) made relative to it, so no copy names this machine's folders."""
+    """A results file as it may leave this machine: every path below the checkout the run
+    was started from (``best_checkpoint``, a ``resume`` command), or below the working
+    directory, made relative to it, so no copy names this machine's folders (a run published
+    from another checkout, e.g. a clean worktree, too)."""
     data = read_results(results)
     if "schema" not in data:  # unreadable: copied as it is, the report says so
         return results.read_bytes()
-    prefix = f"{Path.cwd().resolve()}{os.sep}"
+    roots = {Path.cwd().resolve(), checkout_of(results.parent)} - {None}
+    # the longest first: a checkout inside the working directory keeps its own prefix
+    prefixes = sorted((f"{root}{os.sep}" for root in roots), key=len, reverse=True)
 
     def relative(value: Any) -> Any:
         if isinstance(value, str):
-            return value.replace(prefix, "")
+            for prefix in prefixes:
+                value = value.replace(prefix, "")
+            return value
         if isinstance(value, list):
             return [relative(v) for v in value]
         if isinstance(value, dict):
