@@ -110,17 +110,13 @@ def check_config(cfg: DictConfig) -> None:
 
 def check_extra_tests(cfg: DictConfig) -> None:
     """Each ``extra_tests`` name becomes a metric prefix (``NAME/acc``): it may not hold a
-    ``/`` nor be a split or stage of the run (``train``, ``validation``, ``val``, ``test``,
-    ``params``, ``data.test_splits``), whose metrics it would overwrite."""
-    from entailment_lab.data.datamodule import RESERVED_SETS
+    ``/`` nor be a split or stage of the run (``data.check_test_set_name``)."""
+    from entailment_lab.data.datamodule import check_test_set_name
 
     data = cfg.get("data") or {}
-    taken = {*RESERVED_SETS, *(data.get("test_splits") or []), *(data.get("files") or {})}
     for name in cfg.get("extra_tests") or {}:
-        if "/" in str(name) or str(name) in taken or not str(name):
-            raise ConfigError(f"extra_tests.{name}: the name clashes with a split or a stage "
-                              f"of the run ({', '.join(sorted(taken))}) or holds a '/'; name "
-                              "the set otherwise, e.g. +extra_tests.hans=PATH")
+        check_test_set_name(str(name), {*(data.get("test_splits") or []),
+                                        *(data.get("files") or {})})
 
 
 def check_arguments(node: DictConfig, key: str) -> None:

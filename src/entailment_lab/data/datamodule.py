@@ -43,6 +43,17 @@ SPLITS = ("train", "validation", "test")
 RESERVED_SETS = (*SPLITS, "val", "params")
 
 
+def check_test_set_name(name: str, taken: Iterable[str]) -> None:
+    """An extra test set's name becomes a metric prefix (``NAME/acc``): refuse one that holds
+    a ``/`` or is a split or stage of the run (``RESERVED_SETS`` and ``taken``), whose metrics
+    it would overwrite."""
+    taken = {*RESERVED_SETS, *taken}
+    if not name or "/" in name or name in taken:
+        raise ConfigError(f"extra_tests.{name}: the name clashes with a split or a stage of the "
+                          f"run ({', '.join(sorted(taken))}) or holds a '/'; name the set "
+                          "otherwise, e.g. +extra_tests.hans=PATH")
+
+
 #: Lexical-overlap buckets of a pair: the share of the hypothesis's word types (tokens with a
 #: letter or digit, compared lower-cased) that also occur in the premise, in [0, .25), [.25, .5),
 #: [.5, .75), [.75, 1) and exactly 1 (every hypothesis word is in the premise: the overlap that
@@ -450,11 +461,7 @@ class TextDataModule(L.LightningDataModule):
         key = f"extra_tests.{name}"
         if self.vocab is None:
             raise RuntimeError("add_test_file needs the vocabulary: call setup() first")
-        taken = {*RESERVED_SETS, *self.split_names, *self.splits}
-        if not name or "/" in name or name in taken:
-            raise ConfigError(f"{key}: the name clashes with a split or a stage of the run "
-                              f"({', '.join(sorted(taken))}) or holds a '/'; name the set "
-                              "otherwise, e.g. +extra_tests.hans=PATH")
+        check_test_set_name(name, {*self.split_names, *self.splits})
         try:
             ds = self._prepare(name, load_local_split(path, name, self.hparams.cache_dir, key),
                                str(Path(path).expanduser()))
