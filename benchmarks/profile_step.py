@@ -225,18 +225,16 @@ def bare_loop_seconds(cfg: DictConfig, module: Any, datamodule: Any, batches: in
     return clock(device) - start, time.process_time() - start_cpu
 
 
-def profile(args: argparse.Namespace) -> dict[str, float]:
-    """Build the run, time the three passes, print the split; returns seconds per part."""
-    work = Path(tempfile.mkdtemp(prefix="profile_step_"))
-    data = (["data=snli", f"data.files.train={Path(args.data).resolve()}",
-             "data.vocab_splits=[train]"] if args.data else ["data=demo"])
-    limit = [f"trainer.limit_train_batches={args.batches}"] if args.batches else []
-    cfg = compose_config([
-        *model_overrides(args.model, args.dim, args.threads), *data,
-        f"logger={args.logger}", "test=false", "eval_train=false", "trainer.max_epochs=1",
-        "trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0",
-        f"trainer.accelerator={args.accelerator}", *limit, *args.overrides], work)
-    torch.set_num_threads(args.threads)
+ONE_EPOCH = ["test=false", "eval_train=false", "trainer.max_epochs=1",
+             "trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0"]
+
+
+def build_run(overrides: list[str], threads: int, work: Path
+              ) -> tuple[DictConfig, Any, Any, L.Trainer, StepTimer]:
+    """The config, DataModule, module and ``Trainer`` of one training epoch as ``src/train.py``
+    builds them (no validation, no test), with a ``StepTimer`` among the callbacks."""
+    cfg = compose_config([*ONE_EPOCH, *overrides], work)
+    torch.set_num_threads(threads)
     L.seed_everything(cfg.seed, workers=True)
 
     datamodule = build_datamodule(cfg.data)
@@ -250,16 +248,34 @@ def profile(args: argparse.Namespace) -> dict[str, float]:
     callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), EpochSeed(cfg.seed), timer]
     trainer: L.Trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks,
                                       logger=loggers or False)
+    return cfg, datamodule, module, trainer, timer
+
+
+def fit_quietly(trainer: L.Trainer, module: Any, datamodule: Any) -> float:
+    """``trainer.fit`` without the warnings that a run without validation draws; wall seconds."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r".*(could not find the monitored key|"
+                                r"limit_val_batches|val_dataloader).*")
+        start = time.perf_counter()
+        trainer.fit(module, datamodule=datamodule)
+        return time.perf_counter() - start
+
+
+def profile(args: argparse.Namespace) -> dict[str, float]:
+    """Build the run, time the three passes, print the split; returns seconds per part."""
+    work = Path(tempfile.mkdtemp(prefix="profile_step_"))
+    data = (["data=snli", f"data.files.train={Path(args.data).resolve()}",
+             "data.vocab_splits=[train]"] if args.data else ["data=demo"])
+    limit = [f"trainer.limit_train_batches={args.batches}"] if args.batches else []
+    cfg, datamodule, module, trainer, timer = build_run([
+        *model_overrides(args.model, args.dim, args.threads), *data,
+        f"logger={args.logger}", f"trainer.accelerator={args.accelerator}", *limit,
+        *args.overrides], args.threads, work)
 
     # a few untimed steps first, so no pass pays the first steps' one-off costs (allocator)
     bare_loop_seconds(cfg, module, datamodule, args.warmup)
     data_s, data_cpu, n_batches = data_seconds(datamodule, args.batches)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", r".*(could not find the monitored key|"
-                                r"limit_val_batches|val_dataloader).*")
-        fit_start = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule)
-        fit_s = time.perf_counter() - fit_start
+    fit_s = fit_quietly(trainer, module, datamodule)
     bare_s = bare_loop_seconds(cfg, module, datamodule, args.batches) if args.bare else None
 
     def split(s: dict[str, float], data: float) -> dict[str, float]:
