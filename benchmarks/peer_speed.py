@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shlex
 import statistics
 import subprocess
@@ -48,7 +47,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
 sys.path.insert(0, str(ROOT / "src"))
+
+from measure import EpochMemory, cpu_name, peak_rss_mib  # noqa: E402  (benchmarks/peers/)
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,6 @@ ROWS: dict[str, Row] = {
                 "DCNN (TREC)"),
 }
 MARKER_BEGIN, MARKER_END = "<!-- peer_speed:table -->", "<!-- /peer_speed:table -->"
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident memory so far (``ru_maxrss``: KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def row_overrides(name: str, data_root: str, threads: int) -> list[str]:
@@ -119,19 +116,29 @@ def export(name: str, data_root: str, out: Path) -> int:
 
 def ours(name: str, data_root: str, threads: int, overrides: list[str]) -> dict[str, Any]:
     """One training epoch of our side (``overrides`` after the row's); the record."""
+    import lightning
     import torch
-    from profile_step import build_run, cpu_name, fit_quietly
+    from profile_step import build_run, fit_quietly
 
+    memory = EpochMemory()
+
+    class Memory(lightning.Callback):  # the epoch's memory, from its first step to its end
+        def on_train_start(self, *_: Any) -> None:
+            memory.start()
+
+        def on_train_end(self, *_: Any) -> None:
+            self.mib = memory.mib()
+
+    probe = Memory()
     with tempfile.TemporaryDirectory(prefix="peer_ours_") as work:
         start = time.perf_counter()
         cfg, datamodule, module, trainer, timer = build_run(
-            [*row_overrides(name, data_root, threads), *overrides], threads, Path(work))
+            [*row_overrides(name, data_root, threads), *overrides], threads, Path(work),
+            extra_callbacks=[probe])
         datamodule.setup()
         setup_s = time.perf_counter() - start
         rss_before = peak_rss_mib()
         fit_quietly(trainer, module, datamodule)
-    import lightning
-
     return {
         "side": "ours", "implementation": f"entailment-lab@{git_commit()}",
         "model": cfg.model.name, "framework": f"torch {torch.__version__}, lightning "
@@ -142,7 +149,7 @@ def ours(name: str, data_root: str, threads: int, overrides: list[str]) -> dict[
         "epoch_s": round(timer.seconds["epoch"], 3),
         "epoch_cpu_s": round(timer.cpu_seconds["epoch"], 3), "setup_s": round(setup_s, 3),
         "rss_before_mib": round(rss_before, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
-        "machine": cpu_name(), "command": shlex.join(sys.argv),
+        "epoch_mib": probe.mib, "machine": cpu_name(), "command": shlex.join(sys.argv),
         "notes": "Trainer.fit, one epoch: on_train_start -> on_train_end (the end-of-epoch "
                  "checkpoint included)",
     }
@@ -241,15 +248,27 @@ def spread(values: list[float], digits: int = 1) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def memory(records: list[dict[str, Any]], key: str) -> str:
+    """``key`` (``peak_rss_mib`` or ``epoch_mib``) over the rounds; "–" where not measured."""
+    values = [r[key] for r in records if r.get(key) is not None]
+    return spread(values, 0) if values and len(values) == len(records) else "–"
+
+
 def render_table(records: list[dict[str, Any]]) -> str:
-    """One line per row: epoch seconds and peak MiB of each side (mean ± std over the rounds),
-    the ratio theirs / ours of the mean epoch times, steps, batch, the machine."""
+    """One line per row, from its latest sitting: epoch seconds and peak MiB of each side (mean
+    ± std over the rounds), the ratio theirs / ours of the mean epoch times, steps, batch, the
+    machine."""
+    latest: dict[str, str] = {}  # row -> its latest sitting: earlier sittings are history
+    for record in records:
+        latest[record["row"]] = max(latest.get(record["row"], ""), record.get("sitting", ""))
     by_row: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
-        by_row[record["row"]][record["side"]].append(record)
+        if record.get("sitting", "") == latest[record["row"]]:
+            by_row[record["row"]][record["side"]].append(record)
     lines = ["| model | public implementation | batch | steps (ours / theirs) | epoch s, ours "
-             "| epoch s, theirs | theirs / ours | peak MiB, ours | peak MiB, theirs | rounds "
-             "| machine, threads |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| epoch s, theirs | theirs / ours | peak MiB, ours | peak MiB, theirs | epoch MiB, "
+             "ours | epoch MiB, theirs | rounds "
+             "| machine, threads |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in [n for n in ROWS if n in by_row]:
         sides = by_row[name]
         if not sides["ours"] or not sides["theirs"]:
@@ -264,8 +283,9 @@ def render_table(records: list[dict[str, Any]]) -> str:
             f"| {sides['ours'][0]['batch']} | {sides['ours'][0]['steps']} / {first['steps']} "
             f"| {spread(ours_s)} | {spread(theirs_s)} "
             f"| {statistics.mean(theirs_s) / statistics.mean(ours_s):.2f}× "
-            f"| {spread([r['peak_rss_mib'] for r in sides['ours']], 0)} "
-            f"| {spread([r['peak_rss_mib'] for r in sides['theirs']], 0)} "
+            f"| {memory(sides['ours'], 'peak_rss_mib')} "
+            f"| {memory(sides['theirs'], 'peak_rss_mib')} "
+            f"| {memory(sides['ours'], 'epoch_mib')} | {memory(sides['theirs'], 'epoch_mib')} "
             f"| {min(len(ours_s), len(theirs_s))} | {'; '.join(machines)}, "
             f"{'/'.join(map(str, threads))} thread(s) |")
     return "\n".join(lines)

@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -229,10 +230,12 @@ ONE_EPOCH = ["test=false", "eval_train=false", "trainer.max_epochs=1",
              "trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0"]
 
 
-def build_run(overrides: list[str], threads: int, work: Path
+def build_run(overrides: list[str], threads: int, work: Path,
+              extra_callbacks: Sequence[L.Callback] = ()
               ) -> tuple[DictConfig, Any, Any, L.Trainer, StepTimer]:
     """The config, DataModule, module and ``Trainer`` of one training epoch as ``src/train.py``
-    builds them (no validation, no test), with a ``StepTimer`` among the callbacks."""
+    builds them (no validation, no test), with a ``StepTimer`` (and ``extra_callbacks``) among
+    the callbacks."""
     cfg = compose_config([*ONE_EPOCH, *overrides], work)
     torch.set_num_threads(threads)
     L.seed_everything(cfg.seed, workers=True)
@@ -245,7 +248,8 @@ def build_run(overrides: list[str], threads: int, work: Path
         "config": OmegaConf.to_container(cfg, resolve=True)})
     loggers = build_loggers(cfg)
     timer = StepTimer()
-    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), EpochSeed(cfg.seed), timer]
+    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), EpochSeed(cfg.seed), timer,
+                 *extra_callbacks]
     trainer: L.Trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks,
                                       logger=loggers or False)
     return cfg, datamodule, module, trainer, timer

@@ -86,7 +86,7 @@ def test_model_trains_validates_and_tests_under_bf16_mixed(model, pair_files, se
                       tmp_path)
     metrics = train(cfg)
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "completed"
-    for name in ("train/loss", "val/loss", "test/loss"):
+    for name in ("train/loss_epoch", "val/loss", "test/loss"):
         assert math.isfinite(metrics[name]), name
 
     forwards = [s for s in SEEN if s["stage"] != "step"]

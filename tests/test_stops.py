@@ -91,7 +91,7 @@ def test_sigterm_interrupts_and_resuming_gives_the_uninterrupted_result(pair_fil
     metrics = pipeline.train(compose_cfg([*base, f"ckpt_path={last}"], second))
     resumed = read(second)
     assert resumed["status"] == "completed" and metrics["epochs"] == 3
-    for key in ("test/acc", "test/loss", "val/acc_best", "train/acc_at_best", "train/loss"):
+    for key in ("test/acc", "test/loss", "val/acc_best", "train/acc_at_best", "train/loss_epoch"):
         assert metrics[key] == pytest.approx(expected[key], abs=1e-6), key
     assert resumed["history"] == read(whole)["history"]  # the same curve, epoch by epoch
     # Linked both ways, one W&B run.

@@ -62,13 +62,14 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from measure import EpochMemory, cpu_name, peak_rss_mib  # this folder's, stdlib only
 
 IMPLEMENTATION = "FredericGodin/DynamicCNN@694cf6c"
 MODEL = "dcnn_sentence"
@@ -87,22 +88,6 @@ HYPER = {
 
 class DriverError(Exception):
     """A one-line reason why no record is written."""
-
-
-def peak_rss_mib() -> float:
-    """Peak resident memory of this process so far (``ru_maxrss`` is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cpu_name() -> str:
-    """The CPU model name from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def set_threads(threads: int, floatx: str, compiledir: str | None) -> None:
@@ -267,6 +252,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     setup_s = time.perf_counter() - start
 
     rss_before = peak_rss_mib()
+    memory = EpochMemory()
+    memory.start()
     wall, cpu = time.perf_counter(), time.process_time()
     # trainDCNN.py:122-128, one epoch
     permutation = numpy.random.permutation(n_train_batches)
@@ -278,6 +265,7 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
         train_loss += train_model(x_input, y_input)
     epoch_s, epoch_cpu_s = time.perf_counter() - wall, time.process_time() - cpu
     peak = peak_rss_mib()
+    epoch_mib = memory.mib()
 
     dropped = len(lengths) - n_train_batches * batch
     commit = checkout_commit(checkout)
@@ -309,7 +297,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
         "steps": int(n_train_batches), "batch": batch, "threads": args.threads,
         "epoch_s": round(epoch_s, 3), "epoch_cpu_s": round(epoch_cpu_s, 3),
         "setup_s": round(setup_s, 3), "rss_before_mib": round(rss_before, 1),
-        "peak_rss_mib": round(peak, 1), "machine": cpu_name(), "command": command,
+        "peak_rss_mib": round(peak, 1), "epoch_mib": epoch_mib, "machine": cpu_name(),
+        "command": command,
         "notes": "; ".join(notes),
     }
 

@@ -43,30 +43,17 @@ import json
 import os
 import platform
 import random
-import resource
 import shlex
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+from measure import EpochMemory, cpu_name, peak_rss_mib  # this folder's, stdlib only
+
 IMPLEMENTATION = "libowen2121/SNLI-decomposable-attention@5ac3eac"
 EMBEDDING, HIDDEN, PARA_INIT, LR, WEIGHT_DECAY, MAX_GRAD_NORM = 50, 200, 0.01, 0.05, 5e-5, 5.0
 SPECIALS = ["<blank>", "<unk>", "<s>", "</s>"]  # harvardnlp's indexer: ids 0-3 after the shift
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def read_pairs(path: Path, limit: int | None) -> list[tuple[list[str], list[str], int]]:
@@ -152,6 +139,8 @@ def main() -> None:
     setup_s = time.perf_counter() - setup_start
 
     rss_before = peak_rss_mib()
+    memory = EpochMemory()
+    memory.start()
     start, start_cpu = time.perf_counter(), time.process_time()
     input_encoder.train()
     inter_atten.train()
@@ -190,6 +179,7 @@ def main() -> None:
         "threads": torch.get_num_threads(), "epoch_s": round(epoch_s, 3),
         "epoch_cpu_s": round(epoch_cpu, 3), "setup_s": round(setup_s, 3),
         "rss_before_mib": round(rss_before, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
+        "epoch_mib": memory.mib(),
         "machine": cpu_name(), "command": shlex.join([sys.executable, *sys.argv]),
         "train_acc": round(correct / max(total, 1), 4),
         "notes": "batches of one (premise, hypothesis) length each, unpadded (harvardnlp's "

@@ -88,12 +88,13 @@ import json
 import os
 import platform
 import random
-import resource
 import shlex
 import sys
 import time
 import types
 from pathlib import Path
+
+from measure import EpochMemory, cpu_name, peak_rss_mib  # this folder's, stdlib only
 
 IMPLEMENTATION = "YichenGong/Densely-Interactive-Inference-Network@cb2c23b"
 MODEL = "diin"
@@ -120,20 +121,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--pos-tags", action="store_true",
                         help="keep the 47-d POS input (fed zeros) instead of width 0")
     return parser.parse_args()
-
-
-def machine() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def read_pairs(path: Path, limit: int | None) -> list[dict]:
@@ -352,7 +339,9 @@ def run(args: argparse.Namespace) -> dict:
                 premise_exact_match, hypothesis_exact_match)
 
     setup_s = time.perf_counter() - t_setup
-    rss_before = rss_mib()
+    rss_before = peak_rss_mib()
+    memory = EpochMemory()
+    memory.start()
 
     # The epoch: train_mnli.py:221-347 (the first pass of `while True`), timed.
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -384,7 +373,8 @@ def run(args: argparse.Namespace) -> dict:
         costs.append(float(c))
     epoch_s = time.perf_counter() - wall0
     epoch_cpu_s = time.process_time() - cpu0
-    peak = rss_mib()
+    peak = peak_rss_mib()
+    epoch_mib = memory.mib()
     sess.close()
 
     notes = (
@@ -411,7 +401,8 @@ def run(args: argparse.Namespace) -> dict:
         "framework": f"tensorflow {tf.__version__}", "python": platform.python_version(),
         "examples": len(data), "steps": total_batch, "batch": batch, "threads": args.threads,
         "epoch_s": epoch_s, "epoch_cpu_s": epoch_cpu_s, "setup_s": setup_s,
-        "rss_before_mib": rss_before, "peak_rss_mib": peak, "machine": machine(),
+        "rss_before_mib": rss_before, "peak_rss_mib": peak, "epoch_mib": epoch_mib,
+        "machine": cpu_name(),
         "command": " ".join(shlex.quote(a) for a in [sys.executable, *COMMAND]),
         "notes": notes,
     }

@@ -40,28 +40,15 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shlex
 import sys
 import time
 from pathlib import Path
 
+from measure import EpochMemory, cpu_name, peak_rss_mib  # this folder's, stdlib only
+
 IMPLEMENTATION = "facebookresearch/InferSent@48fe288"
 EMBEDDING, HIDDEN, FC, DROPOUT_FC, LR, MAX_NORM = 50, 128, 1024, 0.1, 1e-3, 5.0
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def read_pairs(path: Path, limit: int | None) -> tuple[list[str], list[str], list[int]]:
@@ -124,6 +111,8 @@ def main() -> None:
     setup_s = time.perf_counter() - setup_start
 
     rss_before = peak_rss_mib()
+    memory = EpochMemory()
+    memory.start()
     start, start_cpu = time.perf_counter(), time.process_time()
     nli_net.train()
     permutation = np.random.permutation(len(s1))
@@ -163,6 +152,7 @@ def main() -> None:
         "threads": torch.get_num_threads(), "epoch_s": round(epoch_s, 3),
         "epoch_cpu_s": round(epoch_cpu, 3), "setup_s": round(setup_s, 3),
         "rss_before_mib": round(rss_before, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
+        "epoch_mib": memory.mib(),
         "machine": cpu_name(), "command": shlex.join([sys.executable, *sys.argv]),
         "train_acc": round(correct / max(len(s1), 1), 4),
         "notes": "LSTMEncoder 128, nonlinear_fc 1,024 x 2, Adam 1e-3; word vectors looked up "

@@ -124,7 +124,10 @@ class ClassifierModule(L.LightningModule):
         reg = self.net.regularization_loss()
         if reg is not None:
             loss = loss + reg
-        self.train_loss(loss)
+        # ``update``, not the metric's ``forward``: forward also computes the batch's own value
+        # (a state copy, reset and restore: half a millisecond a step, as much as a small
+        # model's optimiser step); the step value is logged from ``loss`` below.
+        self.train_loss.update(loss.detach())
         self.train_metrics.update(logits, batch["label"])
         # ``self.log`` costs about a millisecond a call, as much as a small model's step, and
         # the logger writes every ``log_every_n_steps``-th step only (Lightning's rule: global
@@ -139,7 +142,11 @@ class ClassifierModule(L.LightningModule):
                 self.log("train/reg_loss", reg, on_step=True, on_epoch=False)
             if self.net.l2_penalties():  # applied by the optimiser (configure_optimizers)
                 self.log("train/l2_penalty", self.l2_penalty(), on_step=True, on_epoch=False)
-            self.log("train/loss", self.train_loss, on_step=True, on_epoch=True, prog_bar=True)
+            # the keys Lightning gives on_step + on_epoch logging: train/loss_step, _epoch
+            self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False,
+                     prog_bar=True)
+            self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True,
+                     prog_bar=True)
             self._log_metrics("train", self.train_metrics)
         return loss
 
@@ -161,7 +168,7 @@ class ClassifierModule(L.LightningModule):
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
-        self.val_loss(loss)
+        self.val_loss.update(loss)
         self.val_metrics.update(logits, batch["label"])
         self.log("val/loss", self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
         self._log_metrics("val", self.val_metrics)
@@ -203,9 +210,9 @@ class ClassifierModule(L.LightningModule):
 
     def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
-        self.test_loss(loss)
+        self.test_loss.update(loss)
         self.test_metrics.update(logits, batch["label"])
-        self.test_confusion(logits, batch["label"])
+        self.test_confusion.update(logits, batch["label"])
         self._tally_groups(batch, logits)
         self.log(self.eval_name("loss"), self.test_loss, on_step=False, on_epoch=True)
         for name, metric in self.test_metrics.items():
