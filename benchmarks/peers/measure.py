@@ -4,7 +4,7 @@ it from their own folder under their implementations' interpreters (TensorFlow 1
 
 Memory, two figures (Linux ``/proc``; elsewhere only the first):
 
-* ``peak_rss_mib``: the process's peak resident memory (``ru_maxrss``), imports and data
+* ``peak_rss_mib``: the process's peak resident memory (``VmHWM``), imports and data
   included, the figure a user's machine must have;
 * ``epoch_mib``: the peak during the epoch above the memory held when it starts (the kernel's
   high-water mark ``VmHWM`` is reset through ``/proc/self/clear_refs`` when the epoch starts,
@@ -32,9 +32,19 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+_peak_before_reset = 0.0  # VmHWM when ``EpochMemory.start`` reset it
+
+
 def peak_rss_mib() -> float:
-    """This process's peak resident memory so far (``ru_maxrss``: KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory so far, in MiB.
+
+    ``VmHWM`` where ``/proc`` has it (the peak of this program since it started: ``ru_maxrss``
+    is not, as Linux carries a parent's peak across ``fork`` and ``exec``, so a driver started
+    from a big process would report the parent's size), else ``ru_maxrss`` (KiB on Linux)."""
+    high = _status_mib("VmHWM")
+    if high is None:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return max(high, _peak_before_reset)
 
 
 def _status_mib(key: str) -> float | None:
@@ -54,6 +64,8 @@ class EpochMemory:
         self.start_mib: float | None = None
 
     def start(self) -> None:
+        global _peak_before_reset
+        _peak_before_reset = peak_rss_mib()
         try:
             Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to VmRSS
         except OSError:
