@@ -118,7 +118,7 @@ def ours(name: str, data_root: str, threads: int, overrides: list[str]) -> dict[
     """One training epoch of our side (``overrides`` after the row's); the record."""
     import lightning
     import torch
-    from profile_step import build_run, fit_quietly
+    from profile_step import bare_loop_seconds, build_run, fit_quietly
 
     memory = EpochMemory()
 
@@ -139,6 +139,9 @@ def ours(name: str, data_root: str, threads: int, overrides: list[str]) -> dict[
         setup_s = time.perf_counter() - start
         rss_before = peak_rss_mib()
         fit_quietly(trainer, module, datamodule)
+        # the same epoch as a plain PyTorch loop (same loader, optimiser, clipping; no
+        # Lightning), after it: what the network itself costs, the anchor "bare loop vs Trainer"
+        bare_s, bare_cpu = bare_loop_seconds(cfg, module, datamodule, ROWS[name].steps)
     return {
         "side": "ours", "implementation": f"entailment-lab@{git_commit()}",
         "model": cfg.model.name, "framework": f"torch {torch.__version__}, lightning "
@@ -148,6 +151,7 @@ def ours(name: str, data_root: str, threads: int, overrides: list[str]) -> dict[
         "batch": int(cfg.data.batch_size), "threads": torch.get_num_threads(),
         "epoch_s": round(timer.seconds["epoch"], 3),
         "epoch_cpu_s": round(timer.cpu_seconds["epoch"], 3), "setup_s": round(setup_s, 3),
+        "bare_loop_s": round(bare_s, 3), "bare_loop_cpu_s": round(bare_cpu, 3),
         "rss_before_mib": round(rss_before, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
         "epoch_mib": probe.mib, "machine": cpu_name(), "command": shlex.join(sys.argv),
         "notes": "Trainer.fit, one epoch: on_train_start -> on_train_end (the end-of-epoch "
@@ -248,10 +252,10 @@ def spread(values: list[float], digits: int = 1) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def memory(records: list[dict[str, Any]], key: str) -> str:
-    """``key`` (``peak_rss_mib`` or ``epoch_mib``) over the rounds; "–" where not measured."""
+def measured(records: list[dict[str, Any]], key: str, digits: int = 0) -> str:
+    """``key`` over the rounds, mean ± std; "–" where a record lacks it."""
     values = [r[key] for r in records if r.get(key) is not None]
-    return spread(values, 0) if values and len(values) == len(records) else "–"
+    return spread(values, digits) if values and len(values) == len(records) else "–"
 
 
 def render_table(records: list[dict[str, Any]]) -> str:
@@ -265,10 +269,11 @@ def render_table(records: list[dict[str, Any]]) -> str:
     for record in records:
         if record.get("sitting", "") == latest[record["row"]]:
             by_row[record["row"]][record["side"]].append(record)
-    lines = ["| model | public implementation | batch | steps (ours / theirs) | epoch s, ours "
-             "| epoch s, theirs | theirs / ours | peak MiB, ours | peak MiB, theirs | epoch MiB, "
-             "ours | epoch MiB, theirs | rounds "
-             "| machine, threads |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    columns = ["model", "public implementation", "batch", "steps (ours / theirs)",
+               "epoch s, ours", "epoch s, ours without Lightning", "epoch s, theirs",
+               "theirs / ours", "peak MiB, ours", "peak MiB, theirs", "epoch MiB, ours",
+               "epoch MiB, theirs", "rounds", "machine, threads"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for name in [n for n in ROWS if n in by_row]:
         sides = by_row[name]
         if not sides["ours"] or not sides["theirs"]:
@@ -281,11 +286,12 @@ def render_table(records: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {ROWS[name].what} | {first['implementation']} ({first.get('framework', '?')}) "
             f"| {sides['ours'][0]['batch']} | {sides['ours'][0]['steps']} / {first['steps']} "
-            f"| {spread(ours_s)} | {spread(theirs_s)} "
+            f"| {spread(ours_s)} | {measured(sides['ours'], 'bare_loop_s', 1)} "
+            f"| {spread(theirs_s)} "
             f"| {statistics.mean(theirs_s) / statistics.mean(ours_s):.2f}× "
-            f"| {memory(sides['ours'], 'peak_rss_mib')} "
-            f"| {memory(sides['theirs'], 'peak_rss_mib')} "
-            f"| {memory(sides['ours'], 'epoch_mib')} | {memory(sides['theirs'], 'epoch_mib')} "
+            f"| {measured(sides['ours'], 'peak_rss_mib')} "
+            f"| {measured(sides['theirs'], 'peak_rss_mib')} "
+            f"| {measured(sides['ours'], 'epoch_mib')} | {measured(sides['theirs'], 'epoch_mib')} "
             f"| {min(len(ours_s), len(theirs_s))} | {'; '.join(machines)}, "
             f"{'/'.join(map(str, threads))} thread(s) |")
     return "\n".join(lines)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -59,6 +58,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
+
+from measure import cpu_name  # noqa: E402  (benchmarks/peers/measure.py, shared with the peers)
 
 from entailment_lab.callbacks import EpochSeed  # noqa: E402
 from entailment_lab.config import instantiate, register_resolvers  # noqa: E402
@@ -99,17 +101,6 @@ def model_overrides(model: str, dim: int | None, threads: int) -> list[str]:
     """``model=``, ``dim=`` (where given) and ``threads=``: the model as a user trains it."""
     return [f"model={model}", *([f"dim={dim}"] if dim is not None else []),
             f"threads={threads}"]
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else the platform's word for it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def clock(device: torch.device) -> float:

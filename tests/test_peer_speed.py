@@ -68,7 +68,7 @@ def test_ours_times_one_epoch_and_writes_a_record(data_root: Path, tmp_path: Pat
     assert record["epoch_s"] > 0 and record["peak_rss_mib"] >= record["rss_before_mib"] > 0
     if Path("/proc/self/clear_refs").exists():
         assert record["epoch_mib"] >= 0
-    assert record["threads"] == 1
+    assert record["threads"] == 1 and record["bare_loop_s"] > 0
 
 
 def write_records(folder: Path, rows: dict[str, tuple[list[float], list[float]]]) -> None:
@@ -91,9 +91,9 @@ def test_table_shows_mean_std_and_the_ratio(tmp_path: Path) -> None:
     lines = table.splitlines()
     assert len(lines) == 4  # header, rule, two rows
     decatt, lstm = lines[2], lines[3]
-    assert "| 11.0 ± 1.4 | 21.0 ± 1.4 | 1.91× |" in decatt
+    assert "| 11.0 ± 1.4 | – | 21.0 ± 1.4 | 1.91× |" in decatt  # no bare loop in these records
     assert "| 150 ± 71 | 150 ± 71 | 50 ± 0 | 50 ± 0 | 2 |" in decatt
-    assert "| 4.0 | 2.0 | 0.50× | 100 | 100 | 50 | 50 | 1 |" in lstm
+    assert "| 4.0 | – | 2.0 | 0.50× | 100 | 100 | 50 | 50 | 1 |" in lstm
 
 
 def test_table_write_and_check(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_only_the_latest_sitting_of_a_row_counts(tmp_path: Path) -> None:
         newer = {**record, "sitting": "20270101T000000", "epoch_s": 2 * record["epoch_s"]}
         (tmp_path / "records" / f"new_{path.name}").write_text(json.dumps(newer))
     table = peer_speed.render_table(peer_speed.load_records(tmp_path))
-    assert "| 8.0 | 4.0 | 0.50× |" in table and "| 2.0 |" not in table
+    assert "| 8.0 | – | 4.0 | 0.50× |" in table and "| 2.0 |" not in table
 
 
 def test_a_bad_record_is_named(tmp_path: Path) -> None:

@@ -38,38 +38,17 @@ word of the file in the vocabulary (harvardnlp's keeps only GloVe words).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import random
-import shlex
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
-from measure import EpochMemory, cpu_name, peak_rss_mib  # this folder's, stdlib only
+from measure import Epoch, driver_arguments, emit, read_pairs  # this folder's, stdlib only
 
 IMPLEMENTATION = "libowen2121/SNLI-decomposable-attention@5ac3eac"
 EMBEDDING, HIDDEN, PARA_INIT, LR, WEIGHT_DECAY, MAX_GRAD_NORM = 50, 200, 0.01, 0.05, 5e-5, 5.0
 SPECIALS = ["<blank>", "<unk>", "<s>", "</s>"]  # harvardnlp's indexer: ids 0-3 after the shift
-
-
-def read_pairs(path: Path, limit: int | None) -> list[tuple[list[str], list[str], int]]:
-    pairs = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if limit is not None and len(pairs) >= limit:
-                break
-            try:
-                record = json.loads(line)
-                pairs.append((record["premise"].split(), record["hypothesis"].split(),
-                              int(record["label"])))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-                sys.exit(f"decatt_port: {path}, line {number}: expected a JSON object with "
-                         f"premise, hypothesis and an int label ({err})")
-    return pairs
 
 
 def harvardnlp_batches(pairs: list, stoi: dict[str, int], batch: int) -> list[tuple]:
@@ -95,20 +74,11 @@ def harvardnlp_batches(pairs: list, stoi: dict[str, int], batch: int) -> list[tu
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkout", type=Path)
-    parser.add_argument("--pairs", type=Path, required=True)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = driver_arguments(__doc__, batch=4, seed=1)
     if not (args.checkout / "models" / "baseline_snli.py").is_file():
         sys.exit(f"decatt_port: {args.checkout} has no models/baseline_snli.py; give a checkout "
                  f"of {IMPLEMENTATION}")
-    if not args.pairs.is_file():
-        sys.exit(f"decatt_port: {args.pairs} does not exist (benchmarks/peer_speed.py export)")
+    pairs = read_pairs(args.pairs, args.limit, "decatt_port")
 
     setup_start = time.perf_counter()
     import torch
@@ -119,7 +89,6 @@ def main() -> None:
 
     random.seed(args.seed)
     torch.manual_seed(args.seed)
-    pairs = read_pairs(args.pairs, args.limit)
     words = sorted({w for p, h, _ in pairs for w in p + h} - set(SPECIALS))
     stoi = {w: i for i, w in enumerate(SPECIALS + words)}
     batches = harvardnlp_batches(pairs, stoi, args.batch)
@@ -138,57 +107,45 @@ def main() -> None:
                if isinstance(m, nn.Linear)]
     setup_s = time.perf_counter() - setup_start
 
-    rss_before = peak_rss_mib()
-    memory = EpochMemory()
-    memory.start()
-    start, start_cpu = time.perf_counter(), time.process_time()
-    input_encoder.train()
-    inter_atten.train()
-    random.shuffle(batches)
-    correct = total = 0
-    loss_sum = 0.0
-    for source, target, label in batches:
-        input_optimizer.zero_grad()
-        inter_atten_optimizer.zero_grad()
-        log_prob = inter_atten(*input_encoder(source, target))
-        loss = criterion(log_prob, label)
-        loss.backward()
-        grad_norm = 0.0
-        for m in linears:
-            grad_norm += m.weight.grad.data.norm() ** 2
-            if m.bias is not None:
-                grad_norm += m.bias.grad.data.norm() ** 2
-        shrinkage = MAX_GRAD_NORM / grad_norm if grad_norm > 0 else 1.0
-        if shrinkage < 1:
+    with Epoch() as epoch:
+        input_encoder.train()
+        inter_atten.train()
+        random.shuffle(batches)
+        correct = total = 0
+        loss_sum = 0.0
+        for source, target, label in batches:
+            input_optimizer.zero_grad()
+            inter_atten_optimizer.zero_grad()
+            log_prob = inter_atten(*input_encoder(source, target))
+            loss = criterion(log_prob, label)
+            loss.backward()
+            grad_norm = 0.0
             for m in linears:
-                m.weight.grad.data = m.weight.grad.data * shrinkage
+                grad_norm += m.weight.grad.data.norm() ** 2
                 if m.bias is not None:
-                    m.bias.grad.data = m.bias.grad.data * shrinkage
-        input_optimizer.step()
-        inter_atten_optimizer.step()
-        predict = log_prob.data.max(dim=1)[1]
-        total += label.size(0)
-        correct += int(torch.sum(predict == label))
-        loss_sum += loss.item() * label.size(0)
-    epoch_s, epoch_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+                    grad_norm += m.bias.grad.data.norm() ** 2
+            shrinkage = MAX_GRAD_NORM / grad_norm if grad_norm > 0 else 1.0
+            if shrinkage < 1:
+                for m in linears:
+                    m.weight.grad.data = m.weight.grad.data * shrinkage
+                    if m.bias is not None:
+                        m.bias.grad.data = m.bias.grad.data * shrinkage
+            input_optimizer.step()
+            inter_atten_optimizer.step()
+            predict = log_prob.data.max(dim=1)[1]
+            total += label.size(0)
+            correct += int(torch.sum(predict == label))
+            loss_sum += loss.item() * label.size(0)
 
-    record = {
+    emit({
         "side": "theirs", "implementation": IMPLEMENTATION, "model": "decatt",
-        "framework": f"torch {torch.__version__}", "python": platform.python_version(),
-        "examples": len(pairs), "steps": len(batches), "batch": args.batch,
-        "threads": torch.get_num_threads(), "epoch_s": round(epoch_s, 3),
-        "epoch_cpu_s": round(epoch_cpu, 3), "setup_s": round(setup_s, 3),
-        "rss_before_mib": round(rss_before, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
-        "epoch_mib": memory.mib(),
-        "machine": cpu_name(), "command": shlex.join([sys.executable, *sys.argv]),
+        "framework": f"torch {torch.__version__}", "examples": len(pairs),
+        "steps": len(batches), "batch": args.batch, "threads": torch.get_num_threads(),
+        "setup_s": round(setup_s, 3), **epoch.fields(),
         "train_acc": round(correct / max(total, 1), 4),
         "notes": "batches of one (premise, hypothesis) length each, unpadded (harvardnlp's "
                  "preprocessing); hidden 200, 50-d frozen vectors",
-    }
-    text = json.dumps(record, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    }, args.out)
 
 
 if __name__ == "__main__":

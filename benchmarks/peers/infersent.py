@@ -36,53 +36,22 @@ word of the file kept (it keeps only words with a vector); no CUDA.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import shlex
 import sys
 import time
-from pathlib import Path
 
-from measure import EpochMemory, cpu_name, peak_rss_mib  # this folder's, stdlib only
+from measure import Epoch, driver_arguments, emit, read_pairs  # this folder's, stdlib only
 
 IMPLEMENTATION = "facebookresearch/InferSent@48fe288"
 EMBEDDING, HIDDEN, FC, DROPOUT_FC, LR, MAX_NORM = 50, 128, 1024, 0.1, 1e-3, 5.0
 
 
-def read_pairs(path: Path, limit: int | None) -> tuple[list[str], list[str], list[int]]:
-    s1, s2, labels = [], [], []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if limit is not None and len(labels) >= limit:
-                break
-            try:
-                record = json.loads(line)
-                s1.append(record["premise"])
-                s2.append(record["hypothesis"])
-                labels.append(int(record["label"]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-                sys.exit(f"infersent: {path}, line {number}: expected a JSON object with "
-                         f"premise, hypothesis and an int label ({err})")
-    return s1, s2, labels
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkout", type=Path)
-    parser.add_argument("--pairs", type=Path, required=True)
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = driver_arguments(__doc__, batch=128, seed=1234)
     if not (args.checkout / "models.py").is_file() or not (args.checkout / "data.py").is_file():
         sys.exit(f"infersent: {args.checkout} has no models.py and data.py; give a checkout of "
                  f"{IMPLEMENTATION}")
-    if not args.pairs.is_file():
-        sys.exit(f"infersent: {args.pairs} does not exist (benchmarks/peer_speed.py export)")
+    pairs = read_pairs(args.pairs, args.limit, "infersent")
 
     setup_start = time.perf_counter()
     import numpy as np
@@ -95,12 +64,11 @@ def main() -> None:
 
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    s1_text, s2_text, labels = read_pairs(args.pairs, args.limit)
-    words = sorted({w for s in s1_text + s2_text for w in s.split()} | {"<s>", "</s>"})
+    words = sorted({w for p, h, _ in pairs for w in p + h} | {"<s>", "</s>"})
     word_vec = {w: np.random.randn(EMBEDDING).astype(np.float32) for w in words}
-    s1 = np.array([["<s>", *s.split(), "</s>"] for s in s1_text], dtype=object)
-    s2 = np.array([["<s>", *s.split(), "</s>"] for s in s2_text], dtype=object)
-    target = np.array(labels)
+    s1 = np.array([["<s>", *p, "</s>"] for p, _, _ in pairs], dtype=object)
+    s2 = np.array([["<s>", *h, "</s>"] for _, h, _ in pairs], dtype=object)
+    target = np.array([label for _, _, label in pairs])
     nli_net = NLINet({
         "n_words": len(word_vec), "word_emb_dim": EMBEDDING, "enc_lstm_dim": HIDDEN,
         "n_enc_layers": 1, "dpout_model": 0.0, "dpout_fc": DROPOUT_FC, "fc_dim": FC,
@@ -110,58 +78,45 @@ def main() -> None:
     optimizer = torch.optim.Adam(nli_net.parameters(), lr=LR)
     setup_s = time.perf_counter() - setup_start
 
-    rss_before = peak_rss_mib()
-    memory = EpochMemory()
-    memory.start()
-    start, start_cpu = time.perf_counter(), time.process_time()
-    nli_net.train()
-    permutation = np.random.permutation(len(s1))
-    s1, s2, target = s1[permutation], s2[permutation], target[permutation]
-    correct, steps, loss_sum = 0, 0, 0.0
-    for stidx in range(0, len(s1), args.batch):
-        s1_batch, s1_len = get_batch(s1[stidx:stidx + args.batch], word_vec, EMBEDDING)
-        s2_batch, s2_len = get_batch(s2[stidx:stidx + args.batch], word_vec, EMBEDDING)
-        tgt_batch = torch.LongTensor(target[stidx:stidx + args.batch])
-        k = s1_batch.size(1)
-        output = nli_net((s1_batch, s1_len), (s2_batch, s2_len))
-        pred = output.data.max(1)[1]
-        correct += int(pred.long().eq(tgt_batch.data.long()).sum())
-        loss = loss_fn(output, tgt_batch)
-        loss_sum += loss.item()
-        optimizer.zero_grad()
-        loss.backward()
-        shrink_factor, total_norm = 1.0, 0.0
-        for p in nli_net.parameters():
-            if p.requires_grad:
-                p.grad.data.div_(k)
-                total_norm += float(p.grad.data.norm() ** 2)
-        total_norm = float(np.sqrt(total_norm))
-        if total_norm > MAX_NORM:
-            shrink_factor = MAX_NORM / total_norm
-        current_lr = optimizer.param_groups[0]["lr"]
-        optimizer.param_groups[0]["lr"] = current_lr * shrink_factor
-        optimizer.step()
-        optimizer.param_groups[0]["lr"] = current_lr
-        steps += 1
-    epoch_s, epoch_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    with Epoch() as epoch:
+        nli_net.train()
+        permutation = np.random.permutation(len(s1))
+        s1, s2, target = s1[permutation], s2[permutation], target[permutation]
+        correct, steps, loss_sum = 0, 0, 0.0
+        for stidx in range(0, len(s1), args.batch):
+            s1_batch, s1_len = get_batch(s1[stidx:stidx + args.batch], word_vec, EMBEDDING)
+            s2_batch, s2_len = get_batch(s2[stidx:stidx + args.batch], word_vec, EMBEDDING)
+            tgt_batch = torch.LongTensor(target[stidx:stidx + args.batch])
+            k = s1_batch.size(1)
+            output = nli_net((s1_batch, s1_len), (s2_batch, s2_len))
+            pred = output.data.max(1)[1]
+            correct += int(pred.long().eq(tgt_batch.data.long()).sum())
+            loss = loss_fn(output, tgt_batch)
+            loss_sum += loss.item()
+            optimizer.zero_grad()
+            loss.backward()
+            shrink_factor, total_norm = 1.0, 0.0
+            for p in nli_net.parameters():
+                if p.requires_grad:
+                    p.grad.data.div_(k)
+                    total_norm += float(p.grad.data.norm() ** 2)
+            total_norm = float(np.sqrt(total_norm))
+            if total_norm > MAX_NORM:
+                shrink_factor = MAX_NORM / total_norm
+            current_lr = optimizer.param_groups[0]["lr"]
+            optimizer.param_groups[0]["lr"] = current_lr * shrink_factor
+            optimizer.step()
+            optimizer.param_groups[0]["lr"] = current_lr
+            steps += 1
 
-    record = {
+    emit({
         "side": "theirs", "implementation": IMPLEMENTATION, "model": "lstm",
-        "framework": f"torch {torch.__version__}", "python": platform.python_version(),
-        "examples": len(s1), "steps": steps, "batch": args.batch,
-        "threads": torch.get_num_threads(), "epoch_s": round(epoch_s, 3),
-        "epoch_cpu_s": round(epoch_cpu, 3), "setup_s": round(setup_s, 3),
-        "rss_before_mib": round(rss_before, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
-        "epoch_mib": memory.mib(),
-        "machine": cpu_name(), "command": shlex.join([sys.executable, *sys.argv]),
-        "train_acc": round(correct / max(len(s1), 1), 4),
+        "framework": f"torch {torch.__version__}", "examples": len(s1), "steps": steps,
+        "batch": args.batch, "threads": torch.get_num_threads(), "setup_s": round(setup_s, 3),
+        **epoch.fields(), "train_acc": round(correct / max(len(s1), 1), 4),
         "notes": "LSTMEncoder 128, nonlinear_fc 1,024 x 2, Adam 1e-3; word vectors looked up "
                  "in numpy per batch (its get_batch)",
-    }
-    text = json.dumps(record, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    }, args.out)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,13 @@ Memory, two figures (Linux ``/proc``; elsewhere only the first):
 
 from __future__ import annotations
 
+import argparse
+import json
 import platform
 import resource
+import shlex
+import sys
+import time
 from pathlib import Path
 
 STATUS = Path("/proc/self/status")
@@ -78,3 +83,70 @@ class EpochMemory:
         if self.start_mib is None or high is None:
             return None
         return round(high - self.start_mib, 1)
+
+
+class Epoch:
+    """``with Epoch() as epoch:`` around one epoch's loop: its wall-clock and CPU seconds and
+    its memory; ``epoch.fields()`` gives them as a record's keys."""
+
+    def __enter__(self) -> Epoch:
+        self.rss_before = peak_rss_mib()
+        self.memory = EpochMemory()
+        self.memory.start()
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+        self.epoch_mib = self.memory.mib()
+
+    def fields(self) -> dict:
+        return {"epoch_s": round(self.wall, 3), "epoch_cpu_s": round(self.cpu, 3),
+                "rss_before_mib": round(self.rss_before, 1),
+                "peak_rss_mib": round(peak_rss_mib(), 1), "epoch_mib": self.epoch_mib,
+                "machine": cpu_name(), "python": platform.python_version(),
+                "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])}
+
+
+def driver_arguments(doc: str, batch: int, seed: int) -> argparse.Namespace:
+    """The command line every peer driver takes (``benchmarks/peer_speed.py`` calls it so):
+    ``CHECKOUT --pairs FILE --batch B --threads T [--limit N] [--seed S] [--out RECORD]``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("checkout", type=Path, help="the public implementation's checkout")
+    parser.add_argument("--pairs", type=Path, required=True,
+                        help="the training split, as benchmarks/peer_speed.py export writes it")
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N examples")
+    parser.add_argument("--seed", type=int, default=seed)
+    parser.add_argument("--out", type=Path, help="where to write the record (JSON)")
+    return parser.parse_args()
+
+
+def read_pairs(path: Path, limit: int | None, who: str) -> list[tuple[list[str], list[str], int]]:
+    """(premise tokens, hypothesis tokens, label) of each line; one line's error ends the run
+    with the file, the line and what is wrong."""
+    if not path.is_file():
+        sys.exit(f"{who}: {path} does not exist (benchmarks/peer_speed.py export writes it)")
+    pairs = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if limit is not None and len(pairs) >= limit:
+                break
+            try:
+                record = json.loads(line)
+                pairs.append((record["premise"].split(), record["hypothesis"].split(),
+                              int(record["label"])))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
+                sys.exit(f"{who}: {path}, line {number}: expected a JSON object with premise, "
+                         f"hypothesis and an int label ({type(err).__name__}: {err})")
+    return pairs
+
+
+def emit(record: dict, out: Path | None) -> None:
+    """Print the record; write it to ``out`` where given."""
+    text = json.dumps(record, indent=1)
+    print(text)
+    if out:
+        out.write_text(text + "\n")
