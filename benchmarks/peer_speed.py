@@ -214,10 +214,40 @@ def sitting(args: argparse.Namespace) -> None:
                 record = run_side(command, out, env)
                 record.update(row=name, round=round_, sitting=stamp,
                               sitting_command=shlex.join(sys.argv))
+                record = portable(record, placeholders(peers, pairs, name, args.data_root,
+                                                       args.out))
                 out.write_text(json.dumps(record, indent=1) + "\n")
                 print(f"  {side:6s} round {round_}: {record['epoch_s']:.1f} s, peak "
                       f"{record['peak_rss_mib']:.0f} MiB", flush=True)
     print(render_table(load_records(Path(args.out))))
+
+
+def placeholders(peers: dict[str, tuple[str, str]], pairs: Path, row: str, data_root: str,
+                 out_dir: str) -> dict[str, str]:
+    """This machine's paths in a record -> the names the docs use (``DECATT_CHECKOUT``, ``DATA``,
+    ``OUT``, ...)."""
+    names = {"decatt": "DECATT", "lstm": "INFERSENT", "dcnn": "DCNN", "diin": "DIIN"}
+    out = {str(pairs): f"{row}.jsonl", sys.executable: "python", f"{ROOT}/": "",
+           data_root: "DATA", str(Path(data_root).resolve()): "DATA", out_dir: "OUT"}
+    for name in sorted(peers, key=lambda n: n == row):  # the row's own names win (two rows
+        checkout, python = peers[name]                   # may share an interpreter)
+        out[python] = f"{names[name]}_PYTHON"
+        out[checkout] = f"{names[name]}_CHECKOUT"
+    return out
+
+
+def portable(record: dict[str, Any], replacements: dict[str, str]) -> dict[str, Any]:
+    """``record`` with every string's machine paths replaced (longest first), so that a
+    committed record names no folder of the machine that made it."""
+    order = sorted(replacements, key=len, reverse=True)
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for path in order:
+                value = value.replace(path, replacements[path])
+        return value
+
+    return {key: clean(value) for key, value in record.items()}
 
 
 def parse_peer(spec: str) -> tuple[str, tuple[str, str]]:

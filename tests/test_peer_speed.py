@@ -128,3 +128,18 @@ def test_a_bad_record_is_named(tmp_path: Path) -> None:
 def test_docs_peer_speed_table_equals_the_committed_records() -> None:
     done = run("table", "docs/results/peer_speed", "--write", "docs/peer_speed.md", "--check")
     assert done.returncode == 0, done.stderr
+
+
+def test_records_name_no_folder_of_the_machine(tmp_path: Path) -> None:
+    peers = {"decatt": ("/home/me/port", "/home/me/venv/bin/python")}
+    record = {"command": "/home/me/venv/bin/python benchmarks/peers/decatt_port.py /home/me/port "
+                         f"--pairs {tmp_path}/decatt.jsonl --out /data/out/records/x.json",
+              "sitting_command": f"{sys.executable} {REPO}/benchmarks/peer_speed.py sitting "
+                                 "--data-root /data/nli --out /data/out", "epoch_s": 1.5}
+    clean = peer_speed.portable(record, peer_speed.placeholders(
+        peers, tmp_path / "decatt.jsonl", "decatt", "/data/nli", "/data/out"))
+    assert clean["command"] == ("DECATT_PYTHON benchmarks/peers/decatt_port.py DECATT_CHECKOUT "
+                                "--pairs decatt.jsonl --out OUT/records/x.json")
+    assert clean["sitting_command"] == ("python benchmarks/peer_speed.py sitting --data-root DATA "
+                                        "--out OUT")
+    assert clean["epoch_s"] == 1.5
