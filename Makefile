@@ -21,9 +21,11 @@ demo: install
 	$(PY) src/train.py experiment=demo
 
 # Regenerate the results tables of README.md and docs/RESULTS.md from the per-run records under
-# docs/results/*/runs (CI checks they are current: tests/test_results_tables.py).
+# docs/results/*/runs, and docs/peer_speed.md's from docs/results/peer_speed/records (CI checks
+# they are current: tests/test_results_tables.py, tests/test_peer_speed.py).
 results: install
 	$(PY) src/report.py --leaderboard docs/results --write README.md docs/RESULTS.md
+	$(PY) benchmarks/peer_speed.py table docs/results/peer_speed --write docs/peer_speed.md
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
