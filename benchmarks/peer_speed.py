@@ -2,8 +2,9 @@
 
 For each row: the same training split, batch size and thread count, one training epoch (no
 validation, no test), on our side and on the public implementation's, each in a fresh process,
-run alternately in one sitting. Per side: the epoch's wall-clock and CPU seconds, and the
-process's peak resident memory (``ru_maxrss``) before and after the epoch.
+run alternately in one sitting. Per side: the epoch's wall-clock and CPU seconds, the
+process's peak resident memory and the epoch's own peak above its start
+(``benchmarks/peers/measure.py``); on our side also the same epoch as a bare PyTorch loop.
 
 * **Ours**: the row's own experiment config (``ROWS``), one epoch of ``Trainer.fit`` as
   ``src/train.py`` builds it (``benchmarks/profile_step.py``'s ``build_run``), timed from
@@ -63,7 +64,6 @@ class Row:
     batch: int                  # both sides
     what: str                   # the table's model column
     steps: int | None = None    # time only this many steps of the epoch (None: all of it)
-    peer_options: tuple[str, ...] = ()  # further options of the driver
 
 
 ROWS: dict[str, Row] = {
@@ -207,8 +207,7 @@ def sitting(args: argparse.Namespace) -> None:
                 else:
                     command = [python, f"benchmarks/peers/{ROWS[name].driver}.py", checkout,
                                "--pairs", str(pairs), "--batch", str(ROWS[name].batch),
-                               "--threads", str(args.threads), "--out", str(out),
-                               *ROWS[name].peer_options]
+                               "--threads", str(args.threads), "--out", str(out)]
                     if ROWS[name].steps:
                         command += ["--limit", str(ROWS[name].steps * ROWS[name].batch)]
                 record = run_side(command, out, env)
