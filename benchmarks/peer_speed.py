@@ -81,7 +81,7 @@ ROWS: dict[str, Row] = {
     "dcnn": Row(("experiment=dcnn/trec",), "dcnn_port", "FredericGodin/DynamicCNN@694cf6c", 4,
                 "DCNN (TREC)"),
 }
-MARKER_BEGIN, MARKER_END = "<!-- peer_speed:table -->", "<!-- /peer_speed:table -->"
+MARKER = "peer_speed"  # docs/peer_speed.md: <!-- results:peer_speed --> ... <!-- /results:... -->
 
 
 def row_overrides(name: str, data_root: str, threads: int) -> list[str]:
@@ -120,9 +120,13 @@ def ours(name: str, data_root: str, threads: int, overrides: list[str]) -> dict[
     import torch
     from profile_step import bare_loop_seconds, build_run, fit_quietly
 
+    from entailment_lab.results import code_version
+
     memory = EpochMemory()
 
     class Memory(lightning.Callback):  # the epoch's memory, from its first step to its end
+        mib: float | None = None
+
         def on_train_start(self, *_: Any) -> None:
             memory.start()
 
@@ -135,15 +139,16 @@ def ours(name: str, data_root: str, threads: int, overrides: list[str]) -> dict[
         cfg, datamodule, module, trainer, timer = build_run(
             [*row_overrides(name, data_root, threads), *overrides], threads, Path(work),
             extra_callbacks=[probe])
-        datamodule.setup()
         setup_s = time.perf_counter() - start
         rss_before = peak_rss_mib()
         fit_quietly(trainer, module, datamodule)
         # the same epoch as a plain PyTorch loop (same loader, optimiser, clipping; no
         # Lightning), after it: what the network itself costs, the anchor "bare loop vs Trainer"
         bare_s, bare_cpu = bare_loop_seconds(cfg, module, datamodule, ROWS[name].steps)
+    version = code_version(ROOT)  # the commit, and whether src/ or conf/ differ from it
+    commit = (version["commit"] or "unknown")[:7] + ("-dirty" if version["dirty"] else "")
     return {
-        "side": "ours", "implementation": f"entailment-lab@{git_commit()}",
+        "side": "ours", "implementation": f"entailment-lab@{commit}",
         "model": cfg.model.name, "framework": f"torch {torch.__version__}, lightning "
         f"{lightning.__version__}", "python": platform.python_version(),
         "examples": min(len(datamodule.splits["train"]), timer.steps * int(cfg.data.batch_size)),
@@ -157,14 +162,6 @@ def ours(name: str, data_root: str, threads: int, overrides: list[str]) -> dict[
         "notes": "Trainer.fit, one epoch: on_train_start -> on_train_end (the end-of-epoch "
                  "checkpoint included)",
     }
-
-
-def git_commit() -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"],
-                          capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src",
-                            "conf"], capture_output=True, text=True).stdout.strip()
-    return (done.stdout.strip() or "unknown") + ("-dirty" * bool(dirty))
 
 
 def run_side(command: list[str], record_path: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -327,24 +324,32 @@ def render_table(records: list[dict[str, Any]]) -> str:
 
 
 def table(args: argparse.Namespace) -> None:
+    """Print the table, or fill the ``<!-- results:peer_speed -->`` markers of ``--write`` (the
+    report's marker mechanism); with ``--check``, fail where that would change the file."""
+    from entailment_lab.errors import UserError
+    from entailment_lab.files import write_text_atomic
+    from entailment_lab.report.leaderboard import fill_markers
+
     rendered = render_table(load_records(Path(args.records)))
     if not args.write:
         print(rendered)
         return
     document = Path(args.write)
     text = document.read_text(encoding="utf-8")
-    if MARKER_BEGIN not in text or MARKER_END not in text:
-        raise SystemExit(f"peer_speed: {document}: no {MARKER_BEGIN} ... {MARKER_END} markers")
-    head, rest = text.split(MARKER_BEGIN, 1)
-    _, tail = rest.split(MARKER_END, 1)
-    new = f"{head}{MARKER_BEGIN}\n{rendered}\n{MARKER_END}{tail}"
+    if f"<!-- results:{MARKER} -->" not in text:
+        raise SystemExit(f"peer_speed: {document}: no <!-- results:{MARKER} --> ... "
+                         f"<!-- /results:{MARKER} --> markers")
+    try:
+        new = fill_markers(text, {MARKER: rendered + "\n"}, str(document))
+    except UserError as err:
+        raise SystemExit(f"peer_speed: {err}") from err
     if args.check:
         if new != text:
             raise SystemExit(f"peer_speed: {document}: the table differs from the records in "
                              f"{args.records}; run benchmarks/peer_speed.py table "
                              f"{args.records} --write {document}")
         return
-    document.write_text(new, encoding="utf-8")
+    write_text_atomic(document, new)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

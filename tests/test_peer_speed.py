@@ -99,7 +99,7 @@ def test_table_shows_mean_std_and_the_ratio(tmp_path: Path) -> None:
 def test_table_write_and_check(tmp_path: Path) -> None:
     write_records(tmp_path, {"dcnn": ([3.0, 3.2], [4.0, 4.4])})
     doc = tmp_path / "doc.md"
-    doc.write_text(f"intro\n{peer_speed.MARKER_BEGIN}\nstale\n{peer_speed.MARKER_END}\nend\n")
+    doc.write_text("intro\n<!-- results:peer_speed -->\nstale\n<!-- /results:peer_speed -->\nend\n")
     stale = run("table", str(tmp_path), "--write", str(doc), "--check")
     assert stale.returncode != 0 and "differs from the records" in stale.stderr
     assert run("table", str(tmp_path), "--write", str(doc)).returncode == 0
@@ -116,6 +116,15 @@ def test_only_the_latest_sitting_of_a_row_counts(tmp_path: Path) -> None:
         (tmp_path / "records" / f"new_{path.name}").write_text(json.dumps(newer))
     table = peer_speed.render_table(peer_speed.load_records(tmp_path))
     assert "| 8.0 | – | 4.0 | 0.50× |" in table and "| 2.0 |" not in table
+
+
+def test_a_document_without_the_markers_is_named(tmp_path: Path) -> None:
+    write_records(tmp_path, {"dcnn": ([3.0], [4.0])})
+    doc = tmp_path / "doc.md"
+    doc.write_text("no markers here\n")
+    done = run("table", str(tmp_path), "--write", str(doc))
+    assert done.returncode != 0 and "doc.md: no <!-- results:peer_speed -->" in done.stderr
+    assert doc.read_text() == "no markers here\n"
 
 
 def test_a_bad_record_is_named(tmp_path: Path) -> None:

@@ -125,8 +125,8 @@ class ClassifierModule(L.LightningModule):
         if reg is not None:
             loss = loss + reg
         # ``update``, not the metric's ``forward``: forward also computes the batch's own value
-        # (a state copy, reset and restore: half a millisecond a step, as much as a small
-        # model's optimiser step); the step value is logged from ``loss`` below.
+        # (a state copy, reset and restore; measured alone, 0.11 ms a call against 0.03 ms);
+        # the step value is logged from ``loss`` below.
         self.train_loss.update(loss.detach())
         self.train_metrics.update(logits, batch["label"])
         # ``self.log`` costs about a millisecond a call, as much as a small model's step, and

@@ -19,7 +19,6 @@ from torch import nn
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import (
-    Dropout,
     check_choice,
     check_num_classes,
     check_positive_int,
@@ -30,20 +29,15 @@ from entailment_lab.models.common import (
 
 
 class FeedForward(nn.Module):
-    """Two ReLU layers with dropout before each linear map: F, G, F_intra and the body of H.
-
-    ``Dropout`` is ``nn.Dropout`` with uniforms instead of ``bernoulli_`` on CPU (same
-    distribution, another random stream; since the peer speed comparison, issue 50): at the
-    recipe's batch of 4 a step drops ten small tensors, and this saves about 0.9 ms of a 10 ms
-    step (docs/models/decatt.md, "Speed")."""
+    """Two ReLU layers with dropout before each linear map: F, G, F_intra and the body of H."""
 
     def __init__(self, input_size: int, hidden_size: int, dropout: float) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            Dropout(dropout),
+            nn.Dropout(dropout),
             nn.Linear(input_size, hidden_size),
             nn.ReLU(),
-            Dropout(dropout),
+            nn.Dropout(dropout),
             nn.Linear(hidden_size, hidden_size),
             nn.ReLU(),
         )
