@@ -33,11 +33,19 @@ waited for a core; with one thread the CPU time is close to what an idle core wo
     python benchmarks/profile_step.py --data ../shared/data/snli/validation.jsonl.gz \\
         --model din1 --dim 400 --threads 1
     python benchmarks/profile_step.py --model diin --batches 20 logger=wandb   # + overrides
+
+``--net-commit COMMIT`` builds the network from its model file as it was at that commit
+(``git show``, as ``bench_din.py --base`` does) and everything else as today, so two runs, one
+with it and one without, compare the network's whole-epoch step under the same loop: e.g.
+``--data ../shared/data/snli/validation.jsonl.gz --model din1 --dim 400 --no-bare
+--net-commit bfd714b``. Run the two alternately and compare medians: the machine's pace drifts.
+Knobs that the past class does not have are left out, and the script says which.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import os
 import sys
@@ -58,13 +66,16 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
 
 from measure import cpu_name  # noqa: E402  (benchmarks/peers/measure.py, shared with the peers)
+from pairs import load_commit_class  # noqa: E402
 
 from entailment_lab.callbacks import EpochSeed  # noqa: E402
 from entailment_lab.config import instantiate, register_resolvers  # noqa: E402
 from entailment_lab.loggers import build_loggers  # noqa: E402
+from entailment_lab.models.base import Network  # noqa: E402
 from entailment_lab.pipeline import (  # noqa: E402
     build_callbacks,
     build_datamodule,
@@ -221,19 +232,46 @@ ONE_EPOCH = ["test=false", "eval_train=false", "trainer.max_epochs=1",
              "trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0"]
 
 
+def past_network(target: str, commit: str) -> type[Network]:
+    """The network class ``target`` (``model.net._target_``, e.g.
+    ``entailment_lab.models.din.DIN``) from its model file at ``commit``, under today's
+    ``Network`` contract (its own methods first, the contract's defaults for what it lacks)."""
+    module, name = target.rsplit(".", 1)
+    past = load_commit_class(commit, module.rsplit(".", 1)[-1], name)
+    if past is None:
+        raise SystemExit(f"--net-commit {commit}: {target} could not be read at that commit")
+    return past if issubclass(past, Network) else type(name, (past, Network), {})
+
+
+def build_past_net(net_class: type[Network], net_cfg: DictConfig, embedding: torch.nn.Embedding,
+                   num_classes: int) -> Network:
+    """``net_class`` built from the ``model.net`` knobs it has; prints the ones it lacks."""
+    knobs = {k: v for k, v in OmegaConf.to_container(net_cfg, resolve=True).items()
+             if k != "_target_"}
+    accepted = inspect.signature(net_class.__init__).parameters
+    if missing := sorted(set(knobs) - set(accepted)):
+        print(f"# the past {net_class.__name__} has no knob {', '.join(missing)}: left out")
+    return net_class(embedding=embedding, num_classes=num_classes,
+                     **{k: v for k, v in knobs.items() if k in accepted})
+
+
 def build_run(overrides: list[str], threads: int, work: Path,
-              extra_callbacks: Sequence[L.Callback] = ()
+              extra_callbacks: Sequence[L.Callback] = (),
+              net_class: type[Network] | None = None,
               ) -> tuple[DictConfig, Any, Any, L.Trainer, StepTimer]:
     """The config, DataModule, module and ``Trainer`` of one training epoch as ``src/train.py``
     builds them (no validation, no test), with a ``StepTimer`` (and ``extra_callbacks``) among
-    the callbacks."""
+    the callbacks; the network from ``net_class`` where given (``past_network``)."""
     cfg = compose_config([*ONE_EPOCH, *overrides], work)
     torch.set_num_threads(threads)
     L.seed_everything(cfg.seed, workers=True)
 
     datamodule = build_datamodule(cfg.data)
     embedding = instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
-    net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
+    if net_class is None:
+        net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
+    else:
+        net = build_past_net(net_class, cfg.model.net, embedding, datamodule.num_classes)
     module = build_module(cfg, net, embedding, datamodule.label_names, metadata={
         "vocab": datamodule.vocab.itos, "embedding_dim": embedding.embedding_dim,
         "config": OmegaConf.to_container(cfg, resolve=True)})
@@ -262,10 +300,15 @@ def profile(args: argparse.Namespace) -> dict[str, float]:
     data = (["data=snli", f"data.files.train={Path(args.data).resolve()}",
              "data.vocab_splits=[train]"] if args.data else ["data=demo"])
     limit = [f"trainer.limit_train_batches={args.batches}"] if args.batches else []
-    cfg, datamodule, module, trainer, timer = build_run([
-        *model_overrides(args.model, args.dim, args.threads), *data,
-        f"logger={args.logger}", f"trainer.accelerator={args.accelerator}", *limit,
-        *args.overrides], args.threads, work)
+    overrides = [*model_overrides(args.model, args.dim, args.threads), *data,
+                 f"logger={args.logger}", f"trainer.accelerator={args.accelerator}", *limit,
+                 *args.overrides]
+    net_class = None
+    if args.net_commit:
+        target = compose_config(overrides, work).model.net._target_
+        net_class = past_network(target, args.net_commit)
+    cfg, datamodule, module, trainer, timer = build_run(overrides, args.threads, work,
+                                                        net_class=net_class)
 
     # a few untimed steps first, so no pass pays the first steps' one-off costs (allocator)
     bare_loop_seconds(cfg, module, datamodule, args.warmup)
@@ -286,7 +329,8 @@ def profile(args: argparse.Namespace) -> dict[str, float]:
     framework_cpu = epoch_cpu - c["forward"] - c["backward"] - c["optimiser"]
 
     pairs = sum(len(b["label"]) for b in limited(datamodule.train_dataloader(), args.batches))
-    print(f"# {cfg.model.name}, dim {cfg.get('dim')}, {module.num_trainable:,} trainable "
+    past = f" (network of {args.net_commit})" if args.net_commit else ""
+    print(f"# {cfg.model.name}{past}, dim {cfg.get('dim')}, {module.num_trainable:,} trainable "
           f"parameters; data {args.data or 'demo corpus (generated)'}: {timer.steps} steps "
           f"({n_batches} batches, {pairs:,} pairs, batch size {cfg.data.batch_size}); "
           f"{torch.get_num_threads()} thread(s), {cpu_name()}, "
@@ -327,6 +371,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--accelerator", default="cpu", help="cpu (default), gpu or auto")
     parser.add_argument("--no-bare", dest="bare", action="store_false",
                         help="skip the bare PyTorch loop")
+    parser.add_argument("--net-commit", default=None,
+                        help="build the network from its model file at this commit (git "
+                             "show), the rest as today: the same loop around a past network")
     parser.add_argument("overrides", nargs="*", help="further Hydra overrides, e.g. seed=2")
     return parser.parse_args(argv)
 

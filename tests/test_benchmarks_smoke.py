@@ -61,3 +61,34 @@ def test_cost_growth_prints_one_row_per_model_and_point(tmp_path: Path) -> None:
         assert all(float(r[5]) > 0 for r in rows), out
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "cost_growth_decatt.png", "cost_growth_diin.png", "cost_growth_din1.png"]
+
+
+def test_profile_step_builds_a_past_network(tmp_path: Path) -> None:
+    """``--net-commit``: the network's model file at a commit (here HEAD), the rest as today."""
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                      check=False).returncode != 0:
+        pytest.skip("not a git checkout")
+    out = run("profile_step.py", "--model", "din1", "--dim", "16", "--batches", "2",
+              "--warmup", "1", "--no-bare", "--net-commit", "HEAD", cwd=tmp_path)
+    assert "# din1 (network of HEAD), dim 16" in out, out
+
+
+def test_past_network_gets_the_knobs_it_has(capsys: pytest.CaptureFixture[str]) -> None:
+    """A past class without today's contract or knobs: wrapped, built, the rest named."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import torch
+    from omegaconf import OmegaConf
+    from profile_step import build_past_net
+
+    from entailment_lab.models.base import Network
+
+    class Old(torch.nn.Module):  # a network from before a knob existed
+        def __init__(self, embedding: torch.nn.Embedding, num_classes: int, dim: int) -> None:
+            super().__init__()
+            self.out = torch.nn.Linear(dim, num_classes)
+
+    wrapped = type("Old", (Old, Network), {})
+    cfg = OmegaConf.create({"_target_": "x.Old", "dim": 4, "new_knob": "a"})
+    net = build_past_net(wrapped, cfg, torch.nn.Embedding(3, 2), 3)
+    assert isinstance(net, Network) and net.out.in_features == 4
+    assert "has no knob new_knob: left out" in capsys.readouterr().out

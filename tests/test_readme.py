@@ -173,6 +173,11 @@ def _report_command(args: list[str], tmp_path: Path) -> None:
 def _benchmark_command(script: str, args: list[str], tmp_path: Path,
                        monkeypatch: pytest.MonkeyPatch) -> None:
     assert script in TINY, f"{script}: add its tiny budget to TINY"
+    if "--net-commit" in args:  # a past commit's network: needs the commit in this clone
+        commit = args[args.index("--net-commit") + 1]
+        if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"],
+                          capture_output=True, check=False).returncode != 0:
+            pytest.skip(f"commit {commit} is not in this clone (a shallow clone?)")
     args = [_check_path(a, tmp_path, runs=True) if "/" in a and not a.startswith("-") else a
             for a in args]
     # a tracked file or folder, absolute: the benchmark runs in tmp_path

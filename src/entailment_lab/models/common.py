@@ -1,5 +1,6 @@
 """Building blocks shared by the model files: config checks, masked reductions, packing and
-scattering of the real positions, parameter counts and the pair-feature classifier.
+scattering of the real positions, a faster CPU dropout and tanh, parameter counts and the
+pair-feature classifier.
 
 Conventions used by every model in this package (the contract: ``models/base.py``):
 masks are ``torch.bool`` with ``True`` on real tokens, padding id is 0, and every sentence in a
@@ -185,6 +186,55 @@ class Dropout(nn.Dropout):
             return super().forward(x)
         keep = (torch.empty_like(x).uniform_() >= self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
         return x * keep
+
+
+# tanh on CPU: PyTorch's float kernel costs about 3 ns an element on one thread of the AMD EPYC
+# we measure on (1.1-1.5 ms for the (960, 20, 20) interaction state), its sigmoid about 0.4 ns.
+# ``tanh(x) = 2·σ(2x) − 1`` in four in-place passes takes 0.24 ms for the same tensor. Its
+# absolute error is at most about one float32 ulp of 1 (1.8e-7 vs float64 tanh, against 3e-8
+# for torch.tanh), the size of the rounding of any sum of such values; relative accuracy is
+# lost only where |tanh(x)| is itself below that. Other devices and dtypes use torch.tanh.
+_SIGMOID_TANH_DTYPES = (torch.float32, torch.float64)
+
+
+def _sigmoid_tanh_applies(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype in _SIGMOID_TANH_DTYPES
+
+
+def _sigmoid_tanh_of_double(y: torch.Tensor) -> torch.Tensor:
+    """``tanh(x)`` in place from ``y = 2x``: ``2·σ(y) − 1``."""
+    return y.sigmoid_().mul_(2.0).sub_(1.0)
+
+
+def tanh_(x: torch.Tensor) -> torch.Tensor:
+    """``x.tanh_()``, faster on CPU (``2·σ(2x) − 1``); for tensors outside autograd."""
+    if not _sigmoid_tanh_applies(x):
+        return x.tanh_()
+    return _sigmoid_tanh_of_double(x.mul_(2.0))
+
+
+class _SigmoidTanh(torch.autograd.Function):
+    """tanh through the sigmoid, forward and backward (``1 − tanh²``, from the saved output)."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        y = _sigmoid_tanh_of_double(torch.mul(x, 2.0))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+def tanh(x: torch.Tensor) -> torch.Tensor:
+    """``torch.tanh(x)``, faster on CPU in float32 and float64 (``2·σ(2x) − 1``; see above)."""
+    if not _sigmoid_tanh_applies(x):
+        return torch.tanh(x)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _SigmoidTanh.apply(x)
+    return _sigmoid_tanh_of_double(torch.mul(x, 2.0))
 
 
 def count_trainable_parameters(module: nn.Module, exclude: nn.Module | None = None) -> int:

@@ -30,6 +30,8 @@ from entailment_lab.models.common import (
     longest_first,
     run_packed,
     scatter_rows,
+    tanh,
+    tanh_,
 )
 
 GATES = ("z (update)", "r (reset)", "h (candidate)")  # rows of the gate-change map (Fig. 3)
@@ -84,7 +86,7 @@ class Transformation(nn.Module):
         # c: (..., d_c) -> (..., m, m)
         m = self.m
         out = F.linear(c, self.W_trans.view(m * m, -1), self.b_trans.view(m * m))
-        return torch.tanh(out).unflatten(-1, (m, m))
+        return tanh(out).unflatten(-1, (m, m))
 
 
 class Interaction(nn.Module):
@@ -178,7 +180,8 @@ def _interaction_loop(
         # the rest can run in place (no product's backward needs its own output, tanh keeps
         # its result); in place on a view, autograd would copy whole gradients.
         pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
-        S = pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n])).tanh_()
+        pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n]))
+        S = tanh(pre) if pre.requires_grad else tanh_(pre)
         if states is not None:
             states.append(S)
         if return_norms:
@@ -288,7 +291,7 @@ class PaperGRU(nn.Module):
         for pre_zr_t, pre_h_t in zip(pre_zr.split(running), pre_h.split(running), strict=True):
             h = h[: len(pre_zr_t)]  # rows past their sequence's end drop out
             z, r = torch.sigmoid(torch.addmm(pre_zr_t, h, Wh_zr_T)).chunk(2, dim=1)  # Eq. 4, 6
-            h_tilde = torch.tanh(torch.addmm(pre_h_t, r * h, Wh_h_T))  # Eq. 5: r before W_h
+            h_tilde = tanh(torch.addmm(pre_h_t, r * h, Wh_h_T))  # Eq. 5: r before W_h
             h = torch.lerp(h, h_tilde, z)  # Eq. 3: (1 - z) ⊙ h + z ⊙ h̃
             outputs.append(h)
         out = scatter_rows(torch.cat(outputs), mask, (b_idx, t_idx))  # (batch, len, d)
@@ -300,8 +303,8 @@ class PaperGRU(nn.Module):
         d = self.hidden_size
         z, r = torch.sigmoid(F.linear(x, self.weight_x[: 2 * d], self.bias[: 2 * d])
                              + F.linear(h_prev, self.weight_h[: 2 * d])).chunk(2, dim=-1)
-        h_tilde = torch.tanh(F.linear(x, self.weight_x[2 * d:], self.bias[2 * d:])
-                             + F.linear(r * h_prev, self.weight_h[2 * d:]))
+        h_tilde = tanh(F.linear(x, self.weight_x[2 * d:], self.bias[2 * d:])
+                       + F.linear(r * h_prev, self.weight_h[2 * d:]))
         return torch.stack([z, r, h_tilde], dim=-2)
 
 
@@ -353,7 +356,7 @@ class MatrixControlGRU(nn.Module):
         """
         A_zr, A_h = self._gates_T(A)
         b_zr, b_h = self._gates_T(bias) if bias is not None else (0.0, 0.0)
-        return torch.tanh(W_out_T @ A_zr + b_zr), torch.tanh(W_out_T @ A_h + b_h)
+        return tanh(W_out_T @ A_zr + b_zr), tanh(W_out_T @ A_h + b_h)
 
     def generate_T(self, W_out_T: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
         """Eq. 15-16, transposed: ``(W^t_{ℓ_P})^T`` (..., m, m) -> W_H^T, W_X^T, b^T.
@@ -394,7 +397,7 @@ class MatrixControlGRU(nn.Module):
             H = H[: len(W_zr_t)]  # rows past their hypothesis's end drop out
             # Eq. 10-11: [Z^T | R^T] = σ(H^T [W_z^T | W_r^T] + W̃_t^T [W_z^T | W_r^T] + b^T)
             Z, R = torch.sigmoid(torch.baddbmm(pre_zr_t, H, W_zr_t)).chunk(2, dim=-1)
-            H_tilde = torch.tanh(torch.baddbmm(pre_n_t, R * H, W_n_t))  # Eq. 12
+            H_tilde = tanh(torch.baddbmm(pre_n_t, R * H, W_n_t))  # Eq. 12
             H = torch.lerp(H, H_tilde, Z)  # Eq. 13: (1 - Z) ⊙ H + Z ⊙ H̃
             outputs.append(H)
         H_rows = torch.cat(outputs).transpose(-1, -2).flatten(1)  # Eq. 14, VECTORIZE(H_t)
@@ -474,7 +477,7 @@ class VectorControlGRU(nn.Module):
             h_z, h_r = (h, h) if U_zr is None else self._static(U_zr, h).unbind(1)  # (U^g_h)h
             z = torch.sigmoid(w_z * h_z + pre_z)  # Eq. 17: σ(W^t_z·[h_{t-1}, x_t] + b^t_z)
             r = torch.sigmoid(w_r * h_r + pre_r)
-            h_tilde = torch.tanh(w_n * self._static(U_n, r * h)[:, 0] + pre_n)
+            h_tilde = tanh(w_n * self._static(U_n, r * h)[:, 0] + pre_n)
             h = torch.lerp(h, h_tilde, z)  # (1 - z) ⊙ h + z ⊙ h̃
             outputs.append(h)
         h_all = scatter_rows(torch.cat(outputs), hypothesis_mask, (b_idx, t_idx))  # (b, len_h, d)
@@ -531,7 +534,7 @@ class StaticControlGRU(nn.Module):
         i_r, i_z, i_n = gi.chunk(3, dim=-1)
         h_r, h_z, h_n = gh.chunk(3, dim=-1)
         r = torch.sigmoid(i_r + h_r)
-        return torch.stack([torch.sigmoid(i_z + h_z), r, torch.tanh(i_n + r * h_n)], dim=-2)
+        return torch.stack([torch.sigmoid(i_z + h_z), r, tanh(i_n + r * h_n)], dim=-2)
 
 
 def _step_change(W: torch.Tensor, W0: torch.Tensor) -> torch.Tensor:
