@@ -210,6 +210,37 @@ def test_cpu_tanh_through_the_sigmoid_matches_torch_tanh():
     torch.testing.assert_close(tanh(half), torch.tanh(half), rtol=0, atol=0)  # torch.tanh itself
 
 
+@pytest.mark.parametrize(("variant", "knobs"), CONFIGS, ids=IDS)
+def test_float32_model_with_torch_tanh_gives_the_same_outputs(variant, knobs, monkeypatch):
+    """The sigmoid-based tanh in a float32 model (training mode's loop and eval): logits and
+    gradients as with ``torch.tanh`` everywhere, to float32 rounding."""
+    import entailment_lab.models.din as din
+
+    torch.manual_seed(3)
+    model = make_model(variant, dim=16, d_emb=7, dtype=torch.float32, **knobs)
+    model.dropout.p = 0.0  # same outputs in train mode, which runs the hand-written loop
+    batch = make_batch([6, 3, 5, 6], [4, 2, 5, 1])
+
+    def run() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        model.train()
+        logits = model(*batch)["logits"]
+        logits.square().sum().backward()
+        model.eval()
+        with torch.no_grad():
+            torch.testing.assert_close(model(*batch)["logits"], logits.detach(), rtol=0,
+                                       atol=1e-6)
+        return logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    logits, grads = run()
+    monkeypatch.setattr(din, "tanh", torch.tanh)
+    monkeypatch.setattr(din, "tanh_", torch.tanh_)
+    exact_logits, exact_grads = run()
+    torch.testing.assert_close(logits, exact_logits, rtol=0, atol=2e-6)
+    for grad, exact in zip(grads, exact_grads, strict=True):
+        torch.testing.assert_close(grad, exact, rtol=1e-4, atol=2e-6)
+
+
 @pytest.mark.parametrize("init", ["zeros", "hypothesis"])
 def test_interaction_backward_passes_gradcheck(init):
     """The interaction's hand-written backward (float32 training) against finite differences."""
