@@ -181,7 +181,7 @@ def _interaction_loop(
         # its result); in place on a view, autograd would copy whole gradients.
         pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
         pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n]))
-        S = tanh(pre) if pre.requires_grad else tanh_(pre)
+        S = tanh(pre) if pre.requires_grad else tanh_(pre)  # tanh_: in place, outside autograd
         if states is not None:
             states.append(S)
         if return_norms:
