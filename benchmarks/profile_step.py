@@ -237,9 +237,11 @@ def past_network(target: str, commit: str) -> type[Network]:
     ``entailment_lab.models.din.DIN``) from its model file at ``commit``, under today's
     ``Network`` contract (its own methods first, the contract's defaults for what it lacks)."""
     module, name = target.rsplit(".", 1)
-    past = load_commit_class(commit, module.rsplit(".", 1)[-1], name)
+    stem = module.rsplit(".", 1)[-1]
+    past = load_commit_class(commit, stem, name)
     if past is None:
-        raise SystemExit(f"--net-commit {commit}: {target} could not be read at that commit")
+        raise SystemExit(f"--net-commit {commit}: src/entailment_lab/models/{stem}.py (for "
+                         f"{target}) could not be read at that commit")
     return past if issubclass(past, Network) else type(name, (past, Network), {})
 
 
