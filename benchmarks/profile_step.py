@@ -259,12 +259,13 @@ def build_past_net(net_class: type[Network], net_cfg: DictConfig, embedding: tor
 
 def build_run(overrides: list[str], threads: int, work: Path,
               extra_callbacks: Sequence[L.Callback] = (),
-              net_class: type[Network] | None = None,
+              net_commit: str | None = None,
               ) -> tuple[DictConfig, Any, Any, L.Trainer, StepTimer]:
     """The config, DataModule, module and ``Trainer`` of one training epoch as ``src/train.py``
     builds them (no validation, no test), with a ``StepTimer`` (and ``extra_callbacks``) among
-    the callbacks; the network from ``net_class`` where given (``past_network``)."""
+    the callbacks; the network's class as at ``net_commit`` where given (``past_network``)."""
     cfg = compose_config([*ONE_EPOCH, *overrides], work)
+    net_class = past_network(cfg.model.net._target_, net_commit) if net_commit else None
     torch.set_num_threads(threads)
     L.seed_everything(cfg.seed, workers=True)
 
@@ -305,12 +306,8 @@ def profile(args: argparse.Namespace) -> dict[str, float]:
     overrides = [*model_overrides(args.model, args.dim, args.threads), *data,
                  f"logger={args.logger}", f"trainer.accelerator={args.accelerator}", *limit,
                  *args.overrides]
-    net_class = None
-    if args.net_commit:
-        target = compose_config(overrides, work).model.net._target_
-        net_class = past_network(target, args.net_commit)
     cfg, datamodule, module, trainer, timer = build_run(overrides, args.threads, work,
-                                                        net_class=net_class)
+                                                        net_commit=args.net_commit)
 
     # a few untimed steps first, so no pass pays the first steps' one-off costs (allocator)
     bare_loop_seconds(cfg, module, datamodule, args.warmup)

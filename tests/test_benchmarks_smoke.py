@@ -73,6 +73,17 @@ def test_profile_step_builds_a_past_network(tmp_path: Path) -> None:
     assert "# din1 (network of HEAD), dim 16" in out, out
 
 
+def test_profile_step_names_a_commit_it_cannot_read(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "profile_step.py"),
+                           "--model", "din1", "--dim", "16", "--batches", "1",
+                           "--net-commit", "no-such-commit"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert ("--net-commit no-such-commit: src/entailment_lab/models/din.py (for "
+            "entailment_lab.models.din.DIN) could not be read at that commit") in done.stderr
+
+
 def test_past_network_gets_the_knobs_it_has(capsys: pytest.CaptureFixture[str]) -> None:
     """A past class without today's contract or knobs: wrapped, built, the rest named."""
     sys.path.insert(0, str(REPO / "benchmarks"))
