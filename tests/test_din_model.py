@@ -12,7 +12,7 @@ from din_padded import padded_forward
 from din_reference import reference_forward, reference_layers
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import Dropout, tanh, tanh_
-from entailment_lab.models.din import DIN, Interaction, PaperGRU
+from entailment_lab.models.din import DIN, Interaction, MatrixControlGRU, PaperGRU
 
 VOCAB = 40
 
@@ -262,6 +262,28 @@ def test_interaction_backward_passes_gradcheck(init):
 
     assert torch.autograd.gradcheck(fn, (W_p, W_h, W_inter, b_inter))
 
+
+
+@pytest.mark.parametrize("weights", ["shared", "split"])
+def test_control_backward_passes_gradcheck(weights):
+    """DIN-1's control recurrence with its hand-written backward (training) against finite
+    differences: hypotheses of different lengths, so rows leave the loop at different steps."""
+    torch.manual_seed(7)
+    m = 3
+    control = MatrixControlGRU(m, weights).double()
+    hm = torch.arange(4)[None, :] < torch.tensor([4, 1, 3])[:, None]
+    W_out = torch.randn(3, 4, m, m, dtype=torch.float64, requires_grad=True)
+    W_h = torch.randn(3, 4, m, m, dtype=torch.float64, requires_grad=True)
+    params = {name: p.detach().clone().requires_grad_() for name, p in control.named_parameters()}
+    for name in params:
+        delattr(control, name)  # the parameters become gradcheck's inputs
+
+    def fn(W_out, W_h, *values):
+        for name, value in zip(params, values, strict=True):
+            setattr(control, name, value)
+        return control(W_out, W_h, hm)[0]
+
+    assert torch.autograd.gradcheck(fn, (W_out, W_h, *params.values()))
 
 # encoder_gru="paper": Eq. 3-6 as printed (PaperGRU) for the encoder and row 18's GRU.
 

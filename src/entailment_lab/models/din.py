@@ -132,8 +132,7 @@ class Interaction(nn.Module):
         X = W_h[b_idx, t_idx].transpose(-1, -2).contiguous()  # W̃_t^T of each row: (N, m, m)
         W_p_steps = W_p.permute(1, 0, 3, 2).contiguous()  # W̃'_τ^T, time-major: (len_p, batch, m, m)
         hypothesis_init = self.init == "hypothesis"
-        autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
-        if torch.is_grad_enabled() and not return_norms and not autocast:
+        if _hand_written_backward_applies() and not return_norms:
             # training without mixed precision: the loop with a hand-written backward
             S = _InteractionLoop.apply(X, W_p_steps, self.W_inter, self.b_inter, b_idx, running,
                                        hypothesis_init)
@@ -145,6 +144,14 @@ class Interaction(nn.Module):
             return out, None  # (batch, len_h, m, m)
         norms_rows = torch.stack(norms, dim=1)  # (N, len_p)
         return out, scatter_rows(norms_rows, hypothesis_mask, (b_idx, t_idx))
+
+
+def _hand_written_backward_applies() -> bool:
+    """Whether the recurrences run as the autograd Functions with hand-written backwards:
+    when training (gradients on) without mixed precision (autocast would retype their
+    products, which the hand-written backward does not mirror)."""
+    autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
+    return torch.is_grad_enabled() and not autocast
 
 
 def _interaction_loop(
@@ -388,19 +395,11 @@ class MatrixControlGRU(nn.Module):
         # The W̃_t part of Eq. 10-12 for every step at once: W̃_t^T W_X^T + b^T
         X = W_h[b_idx, t_idx].transpose(-1, -2)  # (N, m, m)
         pre_zr, pre_n = torch.baddbmm(b_zr, X, X_zr), torch.baddbmm(b_n, X, X_n)
-        H = W_h.new_zeros(running[0], m, m)  # H_0^T = 0
-        outputs = []
-        for W_zr_t, W_n_t, pre_zr_t, pre_n_t in zip(
-            W_zr.split(running), W_n.split(running), pre_zr.split(running), pre_n.split(running),
-            strict=True,
-        ):  # each step's rows, (n, m, ·)
-            H = H[: len(W_zr_t)]  # rows past their hypothesis's end drop out
-            # Eq. 10-11: [Z^T | R^T] = σ(H^T [W_z^T | W_r^T] + W̃_t^T [W_z^T | W_r^T] + b^T)
-            Z, R = torch.sigmoid(torch.baddbmm(pre_zr_t, H, W_zr_t)).chunk(2, dim=-1)
-            H_tilde = tanh(torch.baddbmm(pre_n_t, R * H, W_n_t))  # Eq. 12
-            H = torch.lerp(H, H_tilde, Z)  # Eq. 13: (1 - Z) ⊙ H + Z ⊙ H̃
-            outputs.append(H)
-        H_rows = torch.cat(outputs).transpose(-1, -2).flatten(1)  # Eq. 14, VECTORIZE(H_t)
+        if _hand_written_backward_applies():
+            H_all = _ControlLoop.apply(W_zr, W_n, pre_zr, pre_n, running)
+        else:
+            H_all = _control_loop(W_zr, W_n, pre_zr, pre_n, running)
+        H_rows = H_all.transpose(-1, -2).flatten(1)  # Eq. 14, VECTORIZE(H_t)
         h = scatter_rows(H_rows, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, d)
         change = None
         if return_change:
@@ -411,6 +410,103 @@ class MatrixControlGRU(nn.Module):
             W = scatter_rows(_by_gate(W), hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, 3, ·)
             change = _step_change(W, _by_gate(W0))
         return h, change
+
+
+def _control_loop(
+    W_zr: torch.Tensor,
+    W_n: torch.Tensor,
+    pre_zr: torch.Tensor,
+    pre_n: torch.Tensor,
+    running: list[int],
+    saved: list[torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Eq. 10-13 over the hypothesis, transposed, for the rows of ``time_major_rows``.
+
+    W_zr (N, m, 2m), W_n (N, m, m): each real word's generated ``[W_z^T | W_r^T]`` and ``W_h^T``;
+    pre_zr, pre_n: the same shapes, its ``W̃_t^T W_X^T + b^T`` terms; ``running``: rows per
+    step. Returns every step's state ``H_t^T``, (N, m, m) in the same row order. ``saved``,
+    if given, receives each step's gates ``[Z^T | R^T]``, ``(R ⊙ H_{t-1})^T`` and ``H̃_t^T`` (for
+    ``_ControlLoop``'s backward).
+    """
+    m = W_n.shape[-1]
+    H = W_n.new_zeros(running[0], m, m)  # H_0^T = 0
+    outputs = []
+    for W_zr_t, W_n_t, pre_zr_t, pre_n_t in zip(
+        W_zr.split(running), W_n.split(running), pre_zr.split(running), pre_n.split(running),
+        strict=True,
+    ):  # each step's rows, (n, m, ·)
+        H = H[: len(W_zr_t)]  # rows past their hypothesis's end drop out
+        # Eq. 10-11: [Z^T | R^T] = σ(H^T [W_z^T | W_r^T] + W̃_t^T [W_z^T | W_r^T] + b^T)
+        pre = torch.baddbmm(pre_zr_t, H, W_zr_t)
+        gates = torch.sigmoid(pre) if pre.requires_grad else pre.sigmoid_()  # in place if no grad
+        Z, R = gates.chunk(2, dim=-1)
+        RH = R * H
+        pre = torch.baddbmm(pre_n_t, RH, W_n_t)
+        H_tilde = tanh(pre) if pre.requires_grad else tanh_(pre)  # Eq. 12
+        H = torch.lerp(H, H_tilde, Z)  # Eq. 13: (1 - Z) ⊙ H + Z ⊙ H̃
+        outputs.append(H)
+        if saved is not None:
+            saved += (gates, RH, H_tilde)
+    return torch.cat(outputs)
+
+
+class _ControlLoop(torch.autograd.Function):
+    """``_control_loop`` with a hand-written backward (training without mixed precision).
+
+    Autograd's backward of the loop runs a dozen operations a step, slices and concatenates
+    every step's gradients and fills zeros for the rows that drop out. Here each step's
+    gradients are written straight into their rows of one buffer per input, and the
+    state's gradient is carried back in place. ``tests/test_din_model.py`` gradchecks it and
+    compares the model's gradients with the padded implementation's (float64).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, W_zr: torch.Tensor, W_n: torch.Tensor, pre_zr: torch.Tensor,
+                pre_n: torch.Tensor, running: list[int]) -> torch.Tensor:
+        saved: list[torch.Tensor] = []
+        H_all = _control_loop(W_zr, W_n, pre_zr, pre_n, running, saved)
+        ctx.save_for_backward(W_zr, W_n, H_all, *saved)
+        ctx.running = running
+        return H_all
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_H: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        W_zr, W_n, H_all, *saved = ctx.saved_tensors
+        running, m = ctx.running, W_n.shape[-1]
+        starts = [0]
+        for n in running[:-1]:
+            starts.append(starts[-1] + n)
+        G_all = grad_H.contiguous().clone()  # dL/dH_t^T; step t+1 adds its part to step t's rows
+        grad_W_zr, grad_W_n = torch.empty_like(W_zr), torch.empty_like(W_n)
+        grad_pre_zr, grad_pre_n = torch.empty_like(W_zr), torch.empty_like(W_n)
+        d_gates = W_zr.new_empty(running[0], m, 2 * m)  # dL/d[Z^T | R^T], reused every step
+        for step in reversed(range(len(running))):
+            n, rows = running[step], slice(starts[step], starts[step] + running[step])
+            gates, RH, H_tilde = saved[3 * step: 3 * step + 3]
+            Z, R = gates.chunk(2, dim=-1)
+            H = H_all[starts[step - 1]:][:n] if step else H_all.new_zeros(n, m, m)  # H_{t-1}^T
+            G = G_all[rows]
+            # Eq. 13, H_t = H + Z ⊙ (H̃ − H): dL/dH̃ = G ⊙ Z, dL/dZ = G ⊙ (H̃ − H), dL/dH = G − G ⊙ Z
+            d_tilde = G * Z
+            d_Z, d_R = d_gates[:n].chunk(2, dim=-1)
+            torch.mul(G, H_tilde - H, out=d_Z)
+            d_H = G - d_tilde
+            # Eq. 12, H̃ = tanh(pre_n + (R ⊙ H) W_n): the pre-activation's, then the product's
+            d_pre_n = torch.ops.aten.tanh_backward.grad_input(d_tilde, H_tilde,
+                                                             grad_input=grad_pre_n[rows])
+            d_RH = torch.bmm(d_pre_n, W_n[rows].transpose(-1, -2))
+            torch.bmm(RH.transpose(-1, -2), d_pre_n, out=grad_W_n[rows])
+            torch.mul(d_RH, H, out=d_R)
+            d_H.addcmul_(d_RH, R)
+            # Eq. 10-11, [Z | R] = σ(pre_zr + H [W_z | W_r])
+            d_pre_zr = torch.ops.aten.sigmoid_backward.grad_input(d_gates[:n], gates,
+                                                                 grad_input=grad_pre_zr[rows])
+            d_H.baddbmm_(d_pre_zr, W_zr[rows].transpose(-1, -2))
+            torch.bmm(H.transpose(-1, -2), d_pre_zr, out=grad_W_zr[rows])
+            if step:
+                G_all[starts[step - 1]:][:n] += d_H  # rows [:n] of step t−1 are step t's rows
+        return grad_W_zr, grad_W_n, grad_pre_zr, grad_pre_n, None
 
 
 class VectorControlGRU(nn.Module):
