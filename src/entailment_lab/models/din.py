@@ -174,7 +174,9 @@ def _interaction_loop(
     if given, receives S_0 and every S_τ (for ``_InteractionLoop``'s backward).
     """
     S = X.clone() if hypothesis_init else torch.zeros_like(X)  # (W^t_0)^T
-    W_inter_T, b_inter_T = W_inter.T, b_inter.T
+    # b_inter^T contiguous: a transposed (m, m) bias broadcast over (n, m, m) takes PyTorch's
+    # strided path, about 3× slower than the contiguous add
+    W_inter_T, b_inter_T = W_inter.T, b_inter.T.contiguous()
     finished, norms = [], []  # final states of rows whose premise has ended
     if states is not None:
         states.append(S)
@@ -349,8 +351,9 @@ class MatrixControlGRU(nn.Module):
 
     @staticmethod
     def _gates_T(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(3, m, m) per-gate matrices -> ``[A_z^T | A_r^T]`` (m, 2m) and ``A_h^T`` (m, m)."""
-        return A[:2].permute(2, 0, 1).flatten(1), A[2].T
+        """(3, m, m) per-gate matrices -> ``[A_z^T | A_r^T]`` (m, 2m) and ``A_h^T`` (m, m), both
+        contiguous (a transposed bias broadcast over every word takes a slower strided path)."""
+        return A[:2].permute(2, 0, 1).flatten(1), A[2].T.contiguous()
 
     def _product_T(self, W_out_T: torch.Tensor, A: torch.Tensor, bias: torch.Tensor | None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
