@@ -11,7 +11,7 @@ from torch import nn
 from din_padded import padded_forward
 from din_reference import reference_forward, reference_layers
 from entailment_lab.errors import ConfigError
-from entailment_lab.models.common import Dropout, tanh, tanh_
+from entailment_lab.models.common import Dropout, gru_outputs, tanh, tanh_
 from entailment_lab.models.din import DIN, Interaction, MatrixControlGRU, PaperGRU
 
 VOCAB = 40
@@ -209,6 +209,40 @@ def test_cpu_tanh_through_the_sigmoid_matches_torch_tanh():
     half = x.bfloat16()
     torch.testing.assert_close(tanh(half), torch.tanh(half), rtol=0, atol=0)  # torch.tanh itself
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gru_training_pass_matches_nn_gru(dtype):
+    """``gru_outputs`` (the encoder's training pass, hand-written backward) against ``nn.GRU``:
+    outputs and the gradients of the input and every parameter; without gradients it is
+    ``nn.GRU`` itself."""
+    torch.manual_seed(4)
+    gru = nn.GRU(5, 7, batch_first=True).to(dtype)
+    x = torch.randn(3, 6, 5, dtype=dtype, requires_grad=True)
+    weights = torch.randn(3, 6, 7, dtype=dtype)
+    results = []
+    for run in (lambda: gru(x)[0], lambda: gru_outputs(gru, x)):
+        x.grad = None
+        gru.zero_grad()
+        out = run()
+        (out * weights).sum().backward()
+        results.append((out.detach(), x.grad, *(p.grad for p in gru.parameters())))
+    tol = {"rtol": 1e-12, "atol": 1e-13} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 2e-6}
+    for ours, theirs in zip(*results, strict=True):
+        torch.testing.assert_close(ours, theirs, **tol)
+    with torch.no_grad():
+        torch.testing.assert_close(gru_outputs(gru, x), gru(x)[0], rtol=0, atol=0)
+    if dtype == torch.float64:
+        params = [p.detach().clone().requires_grad_() for p in gru.parameters()]
+
+        def fn(x, *values):
+            for name, value in zip(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"),
+                                   values, strict=True):
+                delattr(gru, name)
+                setattr(gru, name, value)
+            return gru_outputs(gru, x)
+
+        assert torch.autograd.gradcheck(fn, (x.detach()[:2, :4].requires_grad_(), *params))
 
 @pytest.mark.parametrize(("variant", "knobs"), CONFIGS, ids=IDS)
 def test_float32_model_with_torch_tanh_gives_the_same_outputs(variant, knobs, monkeypatch):

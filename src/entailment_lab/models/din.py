@@ -25,8 +25,10 @@ from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import (
     Dropout,
+    autocast_enabled,
     check_choice,
     count_trainable_parameters,
+    gru_outputs,
     longest_first,
     run_packed,
     scatter_rows,
@@ -150,8 +152,7 @@ def _hand_written_backward_applies() -> bool:
     """Whether the recurrences run as the autograd Functions with hand-written backwards:
     when training (gradients on) without mixed precision (autocast would retype their
     products, which the hand-written backward does not mirror)."""
-    autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
-    return torch.is_grad_enabled() and not autocast
+    return torch.is_grad_enabled() and not autocast_enabled()
 
 
 def _interaction_loop(
@@ -774,7 +775,7 @@ class DIN(Network):
         """
         if isinstance(self.encoder, PaperGRU):
             return self.encoder(x_p, premise_mask)[0]
-        return self.encoder(x_p)[0]
+        return gru_outputs(self.encoder, x_p)
 
     def transform(self, h_p: torch.Tensor, x_h: torch.Tensor, hypothesis_mask: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
