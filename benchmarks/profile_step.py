@@ -82,6 +82,7 @@ from entailment_lab.pipeline import (  # noqa: E402
     build_module,
     build_net,
 )
+from entailment_lab.threads import keep_freed_memory  # noqa: E402
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -267,6 +268,7 @@ def build_run(overrides: list[str], threads: int, work: Path,
     cfg = compose_config([*ONE_EPOCH, *overrides], work)
     net_class = past_network(cfg.model.net._target_, net_commit) if net_commit else None
     torch.set_num_threads(threads)
+    keep_freed_memory()  # the CPU policy of src/train.py's run_task
     L.seed_everything(cfg.seed, workers=True)
 
     datamodule = build_datamodule(cfg.data)

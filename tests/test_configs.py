@@ -6,11 +6,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from entailment_lab import pipeline
+from entailment_lab import pipeline, threads
 from entailment_lab.config import budget_record, check_config
 from entailment_lab.errors import ConfigError
 from entailment_lab.threads import (
     auto_threads,
+    keep_freed_memory,
     parallel_jobs,
     processes_per_run,
     set_flush_denormal,
@@ -189,6 +190,33 @@ def test_threads_setting_and_omp_num_threads_wins(monkeypatch, restore_threads):
         with pytest.raises(ConfigError, match=r"threads must be threads=auto, a positive integer"):
             set_threads(bad)
 
+
+
+def test_freed_memory_is_kept_unless_the_environment_sets_malloc(monkeypatch):
+    """glibc's malloc gets a fixed 32 MiB mmap threshold and no heap trimming; MALLOC_* or
+    another allocator (LD_PRELOAD) in the environment wins; other C libraries: untouched."""
+    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_",
+                 "GLIBC_TUNABLES", "LD_PRELOAD"):
+        monkeypatch.delenv(name, raising=False)
+    calls = []
+
+    class FakeLibc:
+        def mallopt(self, param: int, value: int) -> int:
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(threads.ctypes, "CDLL", lambda name: FakeLibc())
+    assert keep_freed_memory().startswith("malloc: freed memory kept for reuse")
+    assert calls == [(-3, 32 * 2**20), (-1, 2**31 - 1)]  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+
+    def no_libc(name: str) -> None:
+        raise OSError(name)
+
+    monkeypatch.setattr(threads.ctypes, "CDLL", no_libc)
+    assert keep_freed_memory() == "malloc: the C library's own policy (not glibc)"
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    calls.clear()
+    assert keep_freed_memory() == "malloc: as the environment sets it" and not calls
 
 @pytest.mark.parametrize(("usage", "jobs", "expected"), [
     ([2.0, 3.0, 1.0, 0.0], 1, 4),       # idle: every core

@@ -14,7 +14,12 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from entailment_lab.errors import UserError
 from entailment_lab.signals import RunInterruptedError
-from entailment_lab.threads import processes_per_run, set_flush_denormal, set_threads
+from entailment_lab.threads import (
+    keep_freed_memory,
+    processes_per_run,
+    set_flush_denormal,
+    set_threads,
+)
 
 
 def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> float | None:
@@ -30,6 +35,7 @@ def run_task(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> f
         logging.getLogger(__name__).info(set_threads(cfg.get("threads", "auto"),
                                                      processes_per_run(cfg)))
         logging.getLogger(__name__).info(set_flush_denormal(cfg.get("flush_denormal", False)))
+        logging.getLogger(__name__).info(keep_freed_memory())
         metrics = task(cfg)
     except RunInterruptedError as err:
         sys.exit(err.exit_code)

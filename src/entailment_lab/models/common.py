@@ -201,9 +201,13 @@ def _sigmoid_tanh_applies(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype in _SIGMOID_TANH_DTYPES
 
 
+_MINUS_ONE = torch.tensor(-1.0)  # a 0-dim tensor: it takes the other operand's dtype
+
+
 def _sigmoid_tanh_of_double(y: torch.Tensor) -> torch.Tensor:
-    """``tanh(x)`` in place from ``y = 2x``: ``2·σ(y) − 1``."""
-    return y.sigmoid_().mul_(2.0).sub_(1.0)
+    """``tanh(x)`` in place from ``y = 2x``: ``2·σ(y) − 1``, the last two operations in one pass
+    (``−1 + 2·s`` rounds as ``2·s − 1``: the doubling is exact)."""
+    return torch.add(_MINUS_ONE, y.sigmoid_(), alpha=2.0, out=y)
 
 
 def tanh_(x: torch.Tensor) -> torch.Tensor:
