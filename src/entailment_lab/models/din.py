@@ -433,7 +433,7 @@ def _control_loop(
     ``_ControlLoop``'s backward).
     """
     m = W_n.shape[-1]
-    H = W_n.new_zeros(running[0], m, m)  # H_0^T = 0
+    H = pre_n.new_zeros(running[0], m, m)  # H_0^T = 0, in the dtype of the gates (autocast)
     outputs = []
     for W_zr_t, W_n_t, pre_zr_t, pre_n_t in zip(
         W_zr.split(running), W_n.split(running), pre_zr.split(running), pre_n.split(running),
