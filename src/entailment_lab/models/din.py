@@ -771,7 +771,8 @@ class DIN(Network):
 
         ``nn.GRU`` runs unpacked: it runs forward and padding comes last, so real positions
         equal a packed run's (and the backward skips the packed sequence's zero-filled
-        gradients). ``PaperGRU`` steps through the real positions only.
+        gradients); in CPU training through ``gru_outputs`` (its equations, a hand-written
+        backward). ``PaperGRU`` steps through the real positions only.
         """
         if isinstance(self.encoder, PaperGRU):
             return self.encoder(x_p, premise_mask)[0]
