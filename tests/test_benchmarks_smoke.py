@@ -1,6 +1,7 @@
 """The issue-50 benchmarks run end to end with their smallest options and print their tables:
-``benchmarks/profile_step.py`` (the epoch's split) and ``benchmarks/cost_growth.py`` (cost
-against length and batch size)."""
+``benchmarks/profile_step.py`` (the epoch's split), ``benchmarks/cost_growth.py`` (cost
+against length and batch size) and ``benchmarks/small_products.py`` (MKL's small products
+against an AVX-512 kernel)."""
 
 from __future__ import annotations
 
@@ -103,3 +104,36 @@ def test_past_network_gets_the_knobs_it_has(capsys: pytest.CaptureFixture[str]) 
     net = build_past_net(wrapped, cfg, torch.nn.Embedding(3, 2), 3)
     assert isinstance(net, Network) and net.out.in_features == 4
     assert "has no knob new_knob: left out" in capsys.readouterr().out
+
+
+def test_small_products_times_both_and_checks_the_kernel(tmp_path: Path) -> None:
+    """benchmarks/small_products.py: one row per m with both rates, and the C kernel's
+    products equal a plain loop's to float32 rounding. Status 3 (no C compiler or no
+    AVX-512F) is a skip, with the message it prints."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "small_products.py"),
+                           "--dims", "16", "20", "--n", "8", "--reps", "2", "--rounds", "1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode == 3:
+        pytest.skip(done.stdout.strip() or done.stderr.strip())
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = re.findall(rf"^(\d+)\s+{NUMBER}\s+{NUMBER} \|\s+{NUMBER}\s+{NUMBER} \|\s+{NUMBER}x \| "
+                      r"(\S+)$", done.stdout, re.MULTILINE)
+    assert [row[0] for row in rows] == ["16", "20"], done.stdout
+    for row in rows:
+        assert all(float(v) > 0 for v in row[1:6]) and float(row[6]) < 1e-5, row
+
+
+def test_small_products_refuses_sizes_its_kernel_cannot_hold(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "small_products.py"),
+                           "--dims", "17"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2 and "--dims [17]: each m must be even and in 16..32" in done.stderr
+
+
+def test_small_products_says_why_it_cannot_measure(tmp_path: Path) -> None:
+    """Without a C compiler on PATH: one line that says so, status 3, no traceback."""
+    env = {**os.environ, "PATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "small_products.py"),
+                           "--dims", "20"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "not measured (no C compiler (cc or gcc) on PATH" in done.stdout

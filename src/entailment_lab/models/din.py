@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from entailment_lab.errors import ConfigError
+from entailment_lab.models import small_products
 from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import (
     Dropout,
@@ -190,7 +191,11 @@ def _interaction_loop(
         # the rest can run in place (no product's backward needs its own output, tanh keeps
         # its result); in place on a view, autograd would copy whole gradients.
         pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
-        pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n]))
+        if not pre.requires_grad and small_products.available(pre, X, W_p_steps):
+            # the same product, each row's W̃'_τ^T read in place (C kernel, no gathered copy)
+            small_products.gathered_product_add_(pre, X[:n], W_p_steps[tau], b_idx[:n])
+        else:
+            pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n]))
         S = tanh(pre) if pre.requires_grad else tanh_(pre)  # tanh_: in place, outside autograd
         if states is not None:
             states.append(S)
@@ -228,15 +233,20 @@ class _InteractionLoop(torch.autograd.Function):
         G = grad_S.contiguous().clone()  # dL/dS_τ of each row at the step being undone
         grad_X, grad_W_p = torch.zeros_like(X), torch.zeros_like(W_p_steps)
         grad_W_inter_T, grad_b_T = W_inter.new_zeros(m, m), W_inter.new_zeros(m, m)
+        kernel = small_products.available(X, W_p_steps)
         for tau in reversed(range(len(ctx.running))):
             n = ctx.running[tau]
             # Rows [:n] ran step τ; G holds dL/dS_τ (written by step τ+1, or the output's
             # gradient for rows whose premise ended at τ).
             d = torch.ops.aten.tanh_backward(G[:n], states[tau + 1])  # dL/d(pre-activation)
             S_prev, X_n = states[tau][:n], X[:n]
-            W_p_rows = W_p_steps[tau].index_select(0, b_idx[:n])
-            grad_X[:n].baddbmm_(d, W_p_rows.transpose(-1, -2))  # of X W̃'^T
-            grad_W_p[tau].index_add_(0, b_idx[:n], torch.bmm(X_n.transpose(-1, -2), d))
+            if kernel:  # the two products of X W̃'^T below, gathers and scatter in the C kernel
+                small_products.gathered_product_t_add_(grad_X[:n], d, W_p_steps[tau], b_idx[:n])
+                small_products.scattered_t_product_add_(grad_W_p[tau], X_n, d, b_idx[:n])
+            else:
+                W_p_rows = W_p_steps[tau].index_select(0, b_idx[:n])
+                grad_X[:n].baddbmm_(d, W_p_rows.transpose(-1, -2))  # of X W̃'^T
+                grad_W_p[tau].index_add_(0, b_idx[:n], torch.bmm(X_n.transpose(-1, -2), d))
             grad_W_inter_T.addmm_(S_prev.reshape(-1, m).T, d.view(-1, m))  # of S W_inter^T
             grad_b_T += d.sum(dim=0)
             torch.mm(d.view(-1, m), W_inter, out=G[:n].view(-1, m))  # dL/dS_{τ-1}

@@ -1,0 +1,95 @@
+"""models/small_products.py: the C kernel of DIN's small products against torch, DIN's float32
+training with and without it, and the fallbacks (no compiler, disabled, other threads/dtypes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from entailment_lab.models import small_products
+from entailment_lab.models.din import DIN
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def kernel_or_skip() -> None:
+    small_products._library.cache_clear()
+    if small_products._library() is None:
+        pytest.skip("no C compiler or no AVX-512F here: the kernel is not built (torch.bmm runs)")
+
+
+@pytest.mark.parametrize("m", small_products.SIZES)
+def test_kernel_products_equal_torch(m):
+    kernel_or_skip()
+    gen = torch.Generator().manual_seed(m)
+    n, k = 37, 6
+    A, D, C = (torch.randn(n, m, m, generator=gen) for _ in range(3))
+    B, G = torch.randn(k, m, m, generator=gen), torch.randn(k, m, m, generator=gen)
+    idx = torch.randint(0, k, (n,), generator=gen)  # repeated rows: the scatter must add them
+    assert small_products.available(C, A, B)
+    tol = {"rtol": 1e-5, "atol": 1e-4}
+    torch.testing.assert_close(small_products.gathered_product_add_(C.clone(), A, B, idx),
+                               C + torch.bmm(A, B[idx]), **tol)
+    torch.testing.assert_close(small_products.gathered_product_t_add_(C.clone(), A, B, idx),
+                               C + torch.bmm(A, B[idx].transpose(1, 2)), **tol)
+    torch.testing.assert_close(small_products.scattered_t_product_add_(G.clone(), A, D, idx),
+                               G.index_add(0, idx, torch.bmm(A.transpose(1, 2), D)), **tol)
+
+
+def test_din_trains_the_same_with_and_without_the_kernel(monkeypatch):
+    """DIN-1 16×16 in float32 (the kernel's interaction loop forward and backward) against the
+    same model on torch.bmm: logits and every gradient, to float32 rounding."""
+    kernel_or_skip()
+    torch.manual_seed(2)
+    embedding = nn.Embedding(30, 8, padding_idx=0)
+    embedding.weight.requires_grad_(False)
+    model = DIN(embedding, num_classes=3, dim=256, dropout=0.0)
+    lengths_p, lengths_h = torch.tensor([7, 3, 5, 7]), torch.tensor([4, 6, 1, 3])
+    pm = torch.arange(7)[None] < lengths_p[:, None]
+    hm = torch.arange(6)[None] < lengths_h[:, None]
+    batch = (torch.randint(1, 30, pm.shape) * pm, pm, torch.randint(1, 30, hm.shape) * hm, hm)
+
+    def run() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        logits = model(*batch)["logits"]
+        logits.square().sum().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    calls = []
+    product = small_products.gathered_product_add_
+    monkeypatch.setattr(small_products, "gathered_product_add_",
+                        lambda *a: calls.append(1) or product(*a))
+    logits, grads = run()
+    assert calls, "the kernel was not used"
+    monkeypatch.setattr(small_products, "available", lambda *tensors: False)
+    reference, reference_grads = run()
+    torch.testing.assert_close(logits, reference, rtol=0, atol=2e-6)
+    for grad, expected in zip(grads, reference_grads, strict=True):
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=2e-6)
+
+
+def test_the_kernel_is_left_out_where_it_does_not_apply(monkeypatch):
+    """Other dtypes, sizes and thread counts use torch; so do a disabled kernel and a machine
+    without a C compiler (one log line says which)."""
+    matrices = torch.zeros(2, 20, 20)
+    assert not small_products.available(matrices.double())
+    assert not small_products.available(torch.zeros(2, 12, 12))
+    assert not small_products.available(matrices.transpose(1, 2))
+    torch.set_num_threads(2)
+    assert not small_products.available(matrices)
+    torch.set_num_threads(1)
+    monkeypatch.setenv(small_products.DISABLE_VARIABLE, "0")
+    small_products._library.cache_clear()
+    assert not small_products.available(matrices)
+    monkeypatch.delenv(small_products.DISABLE_VARIABLE)
+    monkeypatch.setattr(small_products.shutil, "which", lambda name: None)
+    small_products._library.cache_clear()
+    assert not small_products.available(matrices)
+    small_products._library.cache_clear()
