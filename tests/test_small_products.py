@@ -41,6 +41,12 @@ def test_kernel_products_equal_torch(m):
                                C + torch.bmm(A, B[idx].transpose(1, 2)), **tol)
     torch.testing.assert_close(small_products.scattered_t_product_add_(G.clone(), A, D, idx),
                                G.index_add(0, idx, torch.bmm(A.transpose(1, 2), D)), **tol)
+    W, bias = B[0], G[0]
+    torch.testing.assert_close(small_products.fixed_product_(torch.empty_like(C), A, W), A @ W,
+                               **tol)
+    torch.testing.assert_close(
+        small_products.bias_product_gathered_(torch.empty_like(C), bias, D, W, A, B, idx),
+        bias + D @ W + torch.bmm(A, B[idx]), **tol)
 
 
 def test_din_trains_the_same_with_and_without_the_kernel(monkeypatch):
@@ -62,12 +68,16 @@ def test_din_trains_the_same_with_and_without_the_kernel(monkeypatch):
         logits.square().sum().backward()
         return logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
-    calls = []
-    product = small_products.gathered_product_add_
-    monkeypatch.setattr(small_products, "gathered_product_add_",
-                        lambda *a: calls.append(1) or product(*a))
+    used = []
+    for name in ("bias_product_gathered_", "gathered_product_t_add_", "scattered_t_product_add_",
+                 "fixed_product_"):
+        function = getattr(small_products, name)
+        monkeypatch.setattr(small_products, name,
+                            lambda *a, name=name, function=function: used.append(name)
+                            or function(*a))
     logits, grads = run()
-    assert calls, "the kernel was not used"
+    assert set(used) == {"bias_product_gathered_", "gathered_product_t_add_",
+                         "scattered_t_product_add_", "fixed_product_"}, set(used)
     monkeypatch.setattr(small_products, "available", lambda *tensors: False)
     reference, reference_grads = run()
     torch.testing.assert_close(logits, reference, rtol=0, atol=2e-6)

@@ -179,6 +179,11 @@ def _interaction_loop(
     # b_inter^T contiguous: a transposed (m, m) bias broadcast over (n, m, m) takes PyTorch's
     # strided path, about 3× slower than the contiguous add
     W_inter_T, b_inter_T = W_inter.T, b_inter.T.contiguous()
+    # Outside autograd, on CPU in float32 with one thread: the whole pre-activation of a step
+    # in one C kernel pass (models/small_products.py), each row's W̃'_τ^T read in place
+    kernel = not torch.is_grad_enabled() and small_products.available(X, W_p_steps, b_inter_T)
+    if kernel:
+        W_inter_T = W_inter_T.contiguous()
     finished, norms = [], []  # final states of rows whose premise has ended
     if states is not None:
         states.append(S)
@@ -190,11 +195,11 @@ def _interaction_loop(
         # product into one (n·m, m) by (m, m) product and returns a tensor that is no view, so
         # the rest can run in place (no product's backward needs its own output, tanh keeps
         # its result); in place on a view, autograd would copy whole gradients.
-        pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
-        if not pre.requires_grad and small_products.available(pre, X, W_p_steps):
-            # the same product, each row's W̃'_τ^T read in place (C kernel, no gathered copy)
-            small_products.gathered_product_add_(pre, X[:n], W_p_steps[tau], b_idx[:n])
+        if kernel:
+            pre = small_products.bias_product_gathered_(
+                torch.empty_like(S), b_inter_T, S, W_inter_T, X, W_p_steps[tau], b_idx[:n])
         else:
+            pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
             pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n]))
         S = tanh(pre) if pre.requires_grad else tanh_(pre)  # tanh_: in place, outside autograd
         if states is not None:
@@ -233,7 +238,8 @@ class _InteractionLoop(torch.autograd.Function):
         G = grad_S.contiguous().clone()  # dL/dS_τ of each row at the step being undone
         grad_X, grad_W_p = torch.zeros_like(X), torch.zeros_like(W_p_steps)
         grad_W_inter_T, grad_b_T = W_inter.new_zeros(m, m), W_inter.new_zeros(m, m)
-        kernel = small_products.available(X, W_p_steps)
+        kernel = small_products.available(X, W_p_steps, W_inter)
+        rows_to_one = torch.zeros(len(X), dtype=torch.int64)  # every row adds into one matrix
         for tau in reversed(range(len(ctx.running))):
             n = ctx.running[tau]
             # Rows [:n] ran step τ; G holds dL/dS_τ (written by step τ+1, or the output's
@@ -247,9 +253,14 @@ class _InteractionLoop(torch.autograd.Function):
                 W_p_rows = W_p_steps[tau].index_select(0, b_idx[:n])
                 grad_X[:n].baddbmm_(d, W_p_rows.transpose(-1, -2))  # of X W̃'^T
                 grad_W_p[tau].index_add_(0, b_idx[:n], torch.bmm(X_n.transpose(-1, -2), d))
-            grad_W_inter_T.addmm_(S_prev.reshape(-1, m).T, d.view(-1, m))  # of S W_inter^T
+            if kernel:  # the same two products in the C kernel
+                small_products.scattered_t_product_add_(grad_W_inter_T[None], S_prev, d,
+                                                        rows_to_one[:n])  # of S W_inter^T
+                small_products.fixed_product_(G[:n], d, W_inter)  # dL/dS_{τ-1}
+            else:
+                grad_W_inter_T.addmm_(S_prev.reshape(-1, m).T, d.view(-1, m))  # of S W_inter^T
+                torch.mm(d.view(-1, m), W_inter, out=G[:n].view(-1, m))  # dL/dS_{τ-1}
             grad_b_T += d.sum(dim=0)
-            torch.mm(d.view(-1, m), W_inter, out=G[:n].view(-1, m))  # dL/dS_{τ-1}
         if ctx.hypothesis_init:
             grad_X += G  # S_0 = X
         return grad_X, grad_W_p, grad_W_inter_T.T, grad_b_T.T, None, None, None

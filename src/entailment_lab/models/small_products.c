@@ -19,25 +19,31 @@ void gathered_product_t_add(int m, int64_t n, const float *A, const float *B,
 void scattered_t_product_add(int m, int64_t n, const float *A, const float *D,
                              const int64_t *idx, float *G) {
   (void)m; (void)n; (void)A; (void)D; (void)idx; (void)G; }
+void fixed_product(int m, int64_t n, const float *A, const float *W, float *C) {
+  (void)m; (void)n; (void)A; (void)W; (void)C; }
+void bias_product_gathered(int m, int64_t n, const float *bias, const float *S, const float *W,
+                           const float *A, const float *B, const int64_t *idx, float *C) {
+  (void)m; (void)n; (void)bias; (void)S; (void)W; (void)A; (void)B; (void)idx; (void)C; }
 #else
 #include <immintrin.h>
 
 int small_products_available(void) { return 1; }
 
-/* C += op(A) · B for one m×m product; op(A) = A, or A^T when a_t. Inlined with a constant m,
+/* C += op(A) · B for one m×m product (C = op(A) · B when zero); op(A) = A, or A^T when a_t.
+ * Inlined with a constant m,
  * so the loops unroll and the accumulator arrays live in registers. */
 static inline __attribute__((always_inline)) void product_add(const int M, const float *A,
                                                               const int a_t, const float *B,
-                                                              float *C) {
+                                                              float *C, const int zero) {
   const int H = M / 2;
   const __mmask8 tail = (__mmask8)((1u << (M - 16)) - 1u);
   for (int h = 0; h < 2; h++) {
     float *c = C + h * H * M;
     __m512 lo[10];
     __m128 hi[10];
-    for (int i = 0; i < H; i++) {
-      lo[i] = _mm512_loadu_ps(c + i * M);
-      if (M > 16) hi[i] = _mm_maskz_loadu_ps(tail, c + i * M + 16);
+    for (int i = 0; i < H; i++) {  /* C's rows, or zeros when C is only written */
+      lo[i] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * M);
+      if (M > 16) hi[i] = zero ? _mm_setzero_ps() : _mm_maskz_loadu_ps(tail, c + i * M + 16);
     }
     for (int k = 0; k < M; k++) {
       const __m512 b0 = _mm512_loadu_ps(B + k * M);
@@ -65,7 +71,7 @@ static inline __attribute__((always_inline)) void transpose(const int M, const f
 /* C[r] += A[r] · B[idx[r]] */
 #define GATHERED(M)                                                                    \
   for (int64_t r = 0; r < n; r++) product_add(M, A + r * M * M, 0, B + idx[r] * M * M, \
-                                              C + r * M * M);
+                                              C + r * M * M, 0);
 /* C[r] += A[r] · B[idx[r]]^T (each B[idx[r]] transposed once per run of equal idx) */
 #define GATHERED_T(M)                                                                     \
   {                                                                                       \
@@ -73,14 +79,34 @@ static inline __attribute__((always_inline)) void transpose(const int M, const f
     int64_t last = -1;                                                                    \
     for (int64_t r = 0; r < n; r++) {                                                     \
       if (idx[r] != last) { transpose(M, B + idx[r] * M * M, BT); last = idx[r]; }        \
-      product_add(M, A + r * M * M, 0, BT, C + r * M * M);                                \
+      product_add(M, A + r * M * M, 0, BT, C + r * M * M, 0);                             \
     }                                                                                     \
   }
 /* G[idx[r]] += A[r]^T · D[r], in row order (rows sharing an idx add up) */
 #define SCATTERED_T(M)                                                                   \
   for (int64_t r = 0; r < n; r++) product_add(M, A + r * M * M, 1, D + r * M * M,        \
-                                              G + idx[r] * M * M);
+                                              G + idx[r] * M * M, 0);
 
+/* C[r] = A[r] · W, one W for every row */
+#define FIXED(M)                                                                         \
+  for (int64_t r = 0; r < n; r++) product_add(M, A + r * M * M, 0, W, C + r * M * M, 1);
+/* C[r] = bias + S[r] · W + A[r] · B[idx[r]]: the interaction's pre-activation in one pass */
+#define BIAS_PRODUCT_GATHERED(M)                                                          \
+  for (int64_t r = 0; r < n; r++) {                                                      \
+    float *c = C + r * M * M;                                                            \
+    for (int j = 0; j < M * M; j++) c[j] = bias[j];                                      \
+    product_add(M, S + r * M * M, 0, W, c, 0);                                           \
+    product_add(M, A + r * M * M, 0, B + idx[r] * M * M, c, 0);                          \
+  }
+
+void fixed_product(int m, int64_t n, const float *A, const float *W, float *C) {
+  if (m == 16) FIXED(16) else if (m == 18) FIXED(18) else if (m == 20) FIXED(20)
+}
+void bias_product_gathered(int m, int64_t n, const float *bias, const float *S, const float *W,
+                           const float *A, const float *B, const int64_t *idx, float *C) {
+  if (m == 16) BIAS_PRODUCT_GATHERED(16) else if (m == 18) BIAS_PRODUCT_GATHERED(18)
+  else if (m == 20) BIAS_PRODUCT_GATHERED(20)
+}
 void gathered_product_add(int m, int64_t n, const float *A, const float *B, const int64_t *idx,
                           float *C) {
   if (m == 16) GATHERED(16) else if (m == 18) GATHERED(18) else if (m == 20) GATHERED(20)

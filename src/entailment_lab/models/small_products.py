@@ -87,8 +87,10 @@ def _build(compiler: str) -> ctypes.CDLL | None:
         log.info("small products: torch.bmm (this CPU or compiler has no AVX-512F)")
         return None
     pointer, size = ctypes.c_void_p, ctypes.c_int64
-    for name in ("gathered_product_add", "gathered_product_t_add", "scattered_t_product_add"):
-        getattr(library, name).argtypes = [ctypes.c_int, size, pointer, pointer, pointer, pointer]
+    for name, pointers in (("gathered_product_add", 4), ("gathered_product_t_add", 4),
+                           ("scattered_t_product_add", 4), ("fixed_product", 3),
+                           ("bias_product_gathered", 7)):
+        getattr(library, name).argtypes = [ctypes.c_int, size, *[pointer] * pointers]
         getattr(library, name).restype = None
     log.info("small products: C kernel (AVX-512F, %s)", target)
     return library
@@ -142,3 +144,21 @@ def scattered_t_product_add_(G: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
     """``G[idx[r]] += A[r]^T @ D[r]`` in place, rows with the same idx summed: G (k, m, m),
     A, D (n, m, m), idx (n,) (the gradient of a gathered product's second factor)."""
     return _call("scattered_t_product_add", G, A, D, idx)
+
+
+def fixed_product_(C: torch.Tensor, A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """``C[r] = A[r] @ W``, written into C: C, A (n, m, m), W (m, m)."""
+    _library().fixed_product(A.shape[-1], len(A), _pointer(A), _pointer(W), _pointer(C))
+    return C
+
+
+def bias_product_gathered_(C: torch.Tensor, bias: torch.Tensor, S: torch.Tensor, W: torch.Tensor,
+                           A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``C[r] = bias + S[r] @ W + A[r] @ B[idx[r]]``, written into C: C, S, A (n, m, m), bias
+    and W (m, m), B (k, m, m), idx (n,) int64 (DIN's interaction pre-activation, Eq. 8)."""
+    if idx.dtype != torch.int64 or len(idx) != len(A):
+        raise ValueError("bias_product_gathered_: idx must be int64 with one entry per row of A")
+    _library().bias_product_gathered(A.shape[-1], len(A), _pointer(bias), _pointer(S),
+                                     _pointer(W), _pointer(A), _pointer(B), _pointer(idx),
+                                     _pointer(C))
+    return C
