@@ -17,6 +17,7 @@ float32 rounding only (the order of the sums): ``tests/test_small_products.py``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -26,6 +27,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -34,6 +36,18 @@ SOURCE = Path(__file__).with_name("small_products.c")
 SIZES = (16, 18, 20)  # the m the kernel is specialised for
 DISABLE_VARIABLE = "ENTAILMENT_LAB_C_KERNELS"
 log = logging.getLogger(__name__)
+_disabled = [0]  # depth of ``disabled()`` blocks
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Inside this block ``available()`` is False: torch computes every product (for FLOP
+    counting with torch's dispatch modes, which cannot see the kernel, and for comparisons)."""
+    _disabled[0] += 1
+    try:
+        yield
+    finally:
+        _disabled[0] -= 1
 
 
 def _cache_dir() -> Path:
@@ -103,7 +117,7 @@ def available(*tensors: torch.Tensor) -> bool:
     The kernel runs on one core; with more torch threads ``torch.bmm`` spreads the products
     over them instead.
     """
-    if torch.get_num_threads() != 1:
+    if _disabled[0] or torch.get_num_threads() != 1:
         return False
     if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
         return False
