@@ -455,9 +455,6 @@ def _control_loop(
     """
     m = W_n.shape[-1]
     H = pre_n.new_zeros(running[0], m, m)  # H_0^T = 0, in the dtype of the gates (autocast)
-    # Outside autograd, on CPU in float32 with one thread: the row-wise products in the C
-    # kernel (models/small_products.py)
-    kernel = not torch.is_grad_enabled() and small_products.available(W_zr, W_n, pre_zr, pre_n)
     outputs = []
     for W_zr_t, W_n_t, pre_zr_t, pre_n_t in zip(
         W_zr.split(running), W_n.split(running), pre_zr.split(running), pre_n.split(running),
@@ -465,17 +462,11 @@ def _control_loop(
     ):  # each step's rows, (n, m, ·)
         H = H[: len(W_zr_t)]  # rows past their hypothesis's end drop out
         # Eq. 10-11: [Z^T | R^T] = σ(H^T [W_z^T | W_r^T] + W̃_t^T [W_z^T | W_r^T] + b^T)
-        if kernel:
-            pre = small_products.rows_product_add_(torch.empty_like(pre_zr_t), H, W_zr_t, pre_zr_t)
-        else:
-            pre = torch.baddbmm(pre_zr_t, H, W_zr_t)
+        pre = torch.baddbmm(pre_zr_t, H, W_zr_t)
         gates = torch.sigmoid(pre) if pre.requires_grad else pre.sigmoid_()  # in place if no grad
         Z, R = gates.chunk(2, dim=-1)
         RH = R * H
-        if kernel:
-            pre = small_products.rows_product_add_(torch.empty_like(pre_n_t), RH, W_n_t, pre_n_t)
-        else:
-            pre = torch.baddbmm(pre_n_t, RH, W_n_t)
+        pre = torch.baddbmm(pre_n_t, RH, W_n_t)
         H_tilde = tanh(pre) if pre.requires_grad else tanh_(pre)  # Eq. 12
         H = torch.lerp(H, H_tilde, Z)  # Eq. 13: (1 - Z) ⊙ H + Z ⊙ H̃
         outputs.append(H)
@@ -515,7 +506,6 @@ class _ControlLoop(torch.autograd.Function):
         grad_W_zr, grad_W_n = torch.empty_like(W_zr), torch.empty_like(W_n)
         grad_pre_zr, grad_pre_n = torch.empty_like(W_zr), torch.empty_like(W_n)
         d_gates = W_zr.new_empty(running[0], m, 2 * m)  # dL/d[Z^T | R^T], reused every step
-        kernel = small_products.available(W_zr, W_n, G_all)  # the products in the C kernel
         for step in reversed(range(len(running))):
             n, rows = running[step], slice(starts[step], starts[step] + running[step])
             gates, RH, H_tilde = saved[3 * step: 3 * step + 3]
@@ -530,24 +520,15 @@ class _ControlLoop(torch.autograd.Function):
             # Eq. 12, H̃ = tanh(pre_n + (R ⊙ H) W_n): the pre-activation's, then the product's
             d_pre_n = torch.ops.aten.tanh_backward.grad_input(d_tilde, H_tilde,
                                                              grad_input=grad_pre_n[rows])
-            if kernel:
-                d_RH = small_products.rows_product_bt_(torch.empty_like(d_pre_n), d_pre_n,
-                                                       W_n[rows], accumulate=False)
-                small_products.rows_t_product_(grad_W_n[rows], RH, d_pre_n)
-            else:
-                d_RH = torch.bmm(d_pre_n, W_n[rows].transpose(-1, -2))
-                torch.bmm(RH.transpose(-1, -2), d_pre_n, out=grad_W_n[rows])
+            d_RH = torch.bmm(d_pre_n, W_n[rows].transpose(-1, -2))
+            torch.bmm(RH.transpose(-1, -2), d_pre_n, out=grad_W_n[rows])
             torch.mul(d_RH, H, out=d_R)
             d_H.addcmul_(d_RH, R)
             # Eq. 10-11, [Z | R] = σ(pre_zr + H [W_z | W_r])
             d_pre_zr = torch.ops.aten.sigmoid_backward.grad_input(d_gates[:n], gates,
                                                                  grad_input=grad_pre_zr[rows])
-            if kernel:
-                small_products.rows_product_bt_(d_H, d_pre_zr, W_zr[rows], accumulate=True)
-                small_products.rows_t_product_(grad_W_zr[rows], H, d_pre_zr)
-            else:
-                d_H.baddbmm_(d_pre_zr, W_zr[rows].transpose(-1, -2))
-                torch.bmm(H.transpose(-1, -2), d_pre_zr, out=grad_W_zr[rows])
+            d_H.baddbmm_(d_pre_zr, W_zr[rows].transpose(-1, -2))
+            torch.bmm(H.transpose(-1, -2), d_pre_zr, out=grad_W_zr[rows])
             if step:
                 G_all[starts[step - 1]:][:n] += d_H  # rows [:n] of step t−1 are step t's rows
         return grad_W_zr, grad_W_n, grad_pre_zr, grad_pre_n, None

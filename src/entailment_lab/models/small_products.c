@@ -21,13 +21,6 @@ void scattered_t_product_add(int m, int64_t n, const float *A, const float *D,
   (void)m; (void)n; (void)A; (void)D; (void)idx; (void)G; }
 void fixed_product(int m, int64_t n, const float *A, const float *W, float *C) {
   (void)m; (void)n; (void)A; (void)W; (void)C; }
-void rows_product_add(int m, int64_t n, int k, const float *A, const float *B, const float *C0,
-                      float *C) { (void)m; (void)n; (void)k; (void)A; (void)B; (void)C0; (void)C; }
-void rows_product_bt_add(int m, int64_t n, int k, const float *A, const float *B, float *C,
-                         int zero) {
-  (void)m; (void)n; (void)k; (void)A; (void)B; (void)C; (void)zero; }
-void rows_t_product(int m, int64_t n, int k, const float *A, const float *B, float *C) {
-  (void)m; (void)n; (void)k; (void)A; (void)B; (void)C; }
 void bias_product_gathered(int m, int64_t n, const float *bias, const float *S, const float *W,
                            const float *A, const float *B, const int64_t *idx, float *C) {
   (void)m; (void)n; (void)bias; (void)S; (void)W; (void)A; (void)B; (void)idx; (void)C; }
@@ -36,51 +29,44 @@ void bias_product_gathered(int m, int64_t n, const float *bias, const float *S, 
 
 int small_products_available(void) { return 1; }
 
-/* C += op(A) · B for one m×m block (C = op(A) · B when zero); op(A) = A, or A^T when a_t;
- * lda, ldb, ldc: the row strides (m, or 2m for a block of an m×2m matrix). Inlined with a
- * constant m, so the loops unroll and the accumulator arrays live in registers. */
-static inline __attribute__((always_inline)) void product_add_ld(
-    const int M, const float *A, const int lda, const int a_t, const float *B, const int ldb,
-    float *C, const int ldc, const int zero) {
+/* C += op(A) · B for one m×m product (C = op(A) · B when zero); op(A) = A, or A^T when a_t.
+ * Inlined with a constant m,
+ * so the loops unroll and the accumulator arrays live in registers. */
+static inline __attribute__((always_inline)) void product_add(const int M, const float *A,
+                                                              const int a_t, const float *B,
+                                                              float *C, const int zero) {
   const int H = M / 2;
   const __mmask8 tail = (__mmask8)((1u << (M - 16)) - 1u);
   for (int h = 0; h < 2; h++) {
-    float *c = C + h * H * ldc;
+    float *c = C + h * H * M;
     __m512 lo[10];
     __m128 hi[10];
     for (int i = 0; i < H; i++) {  /* C's rows, or zeros when C is only written */
-      lo[i] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * ldc);
-      if (M > 16) hi[i] = zero ? _mm_setzero_ps() : _mm_maskz_loadu_ps(tail, c + i * ldc + 16);
+      lo[i] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * M);
+      if (M > 16) hi[i] = zero ? _mm_setzero_ps() : _mm_maskz_loadu_ps(tail, c + i * M + 16);
     }
     for (int k = 0; k < M; k++) {
-      const __m512 b0 = _mm512_loadu_ps(B + k * ldb);
-      const __m128 b1 = M > 16 ? _mm_maskz_loadu_ps(tail, B + k * ldb + 16) : _mm_setzero_ps();
+      const __m512 b0 = _mm512_loadu_ps(B + k * M);
+      const __m128 b1 = M > 16 ? _mm_maskz_loadu_ps(tail, B + k * M + 16) : _mm_setzero_ps();
       for (int i = 0; i < H; i++) {
         const int row = h * H + i;
-        const __m512 s = _mm512_set1_ps(a_t ? A[k * lda + row] : A[row * lda + k]);
+        const __m512 s = _mm512_set1_ps(a_t ? A[k * M + row] : A[row * M + k]);
         lo[i] = _mm512_fmadd_ps(s, b0, lo[i]);
         if (M > 16) hi[i] = _mm_fmadd_ps(_mm512_castps512_ps128(s), b1, hi[i]);
       }
     }
     for (int i = 0; i < H; i++) {
-      _mm512_storeu_ps(c + i * ldc, lo[i]);
-      if (M > 16) _mm_mask_storeu_ps(c + i * ldc + 16, tail, hi[i]);
+      _mm512_storeu_ps(c + i * M, lo[i]);
+      if (M > 16) _mm_mask_storeu_ps(c + i * M + 16, tail, hi[i]);
     }
   }
 }
 
-static inline __attribute__((always_inline)) void product_add(const int M, const float *A,
-                                                              const int a_t, const float *B,
-                                                              float *C, const int zero) {
-  product_add_ld(M, A, M, a_t, B, M, C, M, zero);
-}
-
-static inline __attribute__((always_inline)) void transpose_ld(const int M, const float *B,
-                                                               const int ldb, float *BT) {
+static inline __attribute__((always_inline)) void transpose(const int M, const float *B,
+                                                            float *BT) {
   for (int i = 0; i < M; i++)
-    for (int j = 0; j < M; j++) BT[j * M + i] = B[i * ldb + j];
+    for (int j = 0; j < M; j++) BT[j * M + i] = B[i * M + j];
 }
-#define transpose(M, B, BT) transpose_ld(M, B, M, BT)
 
 /* C[r] += A[r] · B[idx[r]] */
 #define GATHERED(M)                                                                    \
@@ -113,53 +99,6 @@ static inline __attribute__((always_inline)) void transpose_ld(const int M, cons
     product_add(M, A + r * M * M, 0, B + idx[r] * M * M, c, 0);                          \
   }
 
-/* Row-wise products of DIN-1's control (each row its own generated weights), B and C made
- * of k = 1 or 2 blocks of m columns:
- * C[r] = C0[r] + A[r] · B[r]                          (rows_product_add) */
-#define ROWS_PRODUCT_ADD(M)                                                                \
-  for (int64_t r = 0; r < n; r++) {                                                        \
-    const int ld = k * M;                                                                  \
-    float *c = C + r * M * ld;                                                             \
-    const float *c0 = C0 + r * M * ld;                                                     \
-    if (c != c0) for (int j = 0; j < M * ld; j++) c[j] = c0[j];                            \
-    for (int j = 0; j < k; j++)                                                            \
-      product_add_ld(M, A + r * M * M, M, 0, B + r * M * ld + j * M, ld, c + j * M, ld, 0);  \
-  }
-/* C[r] (+)= Σ_j A[r]_j · (B[r]_j)^T, A and B m × k·m (rows_product_bt_add; zero: C = ...) */
-#define ROWS_PRODUCT_BT_ADD(M)                                                             \
-  {                                                                                        \
-    float BT[M * M];                                                                       \
-    const int ld = k * M;                                                                  \
-    for (int64_t r = 0; r < n; r++)                                                        \
-      for (int j = 0; j < k; j++) {                                                        \
-        transpose_ld(M, B + r * M * ld + j * M, ld, BT);                                   \
-        product_add_ld(M, A + r * M * ld + j * M, ld, 0, BT, M, C + r * M * M, M,          \
-                       zero && j == 0);                                                    \
-      }                                                                                    \
-  }
-/* C[r]_j = A[r]^T · B[r]_j, A m×m, B and C m × k·m (rows_t_product) */
-#define ROWS_T_PRODUCT(M)                                                                  \
-  for (int64_t r = 0; r < n; r++) {                                                        \
-    const int ld = k * M;                                                                  \
-    for (int j = 0; j < k; j++)                                                            \
-      product_add_ld(M, A + r * M * M, M, 1, B + r * M * ld + j * M, ld,                   \
-                     C + r * M * ld + j * M, ld, 1);                                       \
-  }
-
-void rows_product_add(int m, int64_t n, int k, const float *A, const float *B, const float *C0,
-                      float *C) {
-  if (m == 16) ROWS_PRODUCT_ADD(16) else if (m == 18) ROWS_PRODUCT_ADD(18)
-  else if (m == 20) ROWS_PRODUCT_ADD(20)
-}
-void rows_product_bt_add(int m, int64_t n, int k, const float *A, const float *B, float *C,
-                         int zero) {
-  if (m == 16) ROWS_PRODUCT_BT_ADD(16) else if (m == 18) ROWS_PRODUCT_BT_ADD(18)
-  else if (m == 20) ROWS_PRODUCT_BT_ADD(20)
-}
-void rows_t_product(int m, int64_t n, int k, const float *A, const float *B, float *C) {
-  if (m == 16) ROWS_T_PRODUCT(16) else if (m == 18) ROWS_T_PRODUCT(18)
-  else if (m == 20) ROWS_T_PRODUCT(20)
-}
 void fixed_product(int m, int64_t n, const float *A, const float *W, float *C) {
   if (m == 16) FIXED(16) else if (m == 18) FIXED(18) else if (m == 20) FIXED(20)
 }

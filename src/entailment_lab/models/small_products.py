@@ -106,13 +106,6 @@ def _build(compiler: str) -> ctypes.CDLL | None:
                            ("bias_product_gathered", 7)):
         getattr(library, name).argtypes = [ctypes.c_int, size, *[pointer] * pointers]
         getattr(library, name).restype = None
-    blocks = ctypes.c_int
-    library.rows_product_add.argtypes = [ctypes.c_int, size, blocks, *[pointer] * 4]
-    library.rows_product_bt_add.argtypes = [ctypes.c_int, size, blocks, *[pointer] * 3,
-                                            ctypes.c_int]
-    library.rows_t_product.argtypes = [ctypes.c_int, size, blocks, *[pointer] * 3]
-    for name in ("rows_product_add", "rows_product_bt_add", "rows_t_product"):
-        getattr(library, name).restype = None
     log.info("small products: C kernel (AVX-512F, %s)", target)
     return library
 
@@ -129,9 +122,9 @@ def available(*tensors: torch.Tensor) -> bool:
     if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
         return False
     matrices = [t for t in tensors if t.is_floating_point()]
-    if any(t.dtype != torch.float32 or t.shape[-2] not in SIZES
-           or t.shape[-1] not in (t.shape[-2], 2 * t.shape[-2]) for t in matrices):
-        return False  # m×m, or m×2m (the control's two gates side by side)
+    if any(t.dtype != torch.float32 or t.shape[-1] not in SIZES or t.shape[-2] != t.shape[-1]
+           for t in matrices):
+        return False
     return _library() is not None
 
 
@@ -139,15 +132,8 @@ def _pointer(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
-def _check(name: str, *tensors: torch.Tensor) -> None:
-    """The kernel reads raw memory: every operand must be contiguous and on the CPU."""
-    if not all(t.is_contiguous() and t.device.type == "cpu" for t in tensors):
-        raise ValueError(f"{name}: every tensor must be contiguous and on the CPU")
-
-
 def _call(name: str, out: torch.Tensor, A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor,
           ) -> torch.Tensor:
-    _check(name, out, A, B, idx)
     if idx.dtype != torch.int64 or len(idx) != len(A):
         raise ValueError(f"{name}: idx must be int64 with one entry per row of A")
     getattr(_library(), name)(A.shape[-1], len(A), _pointer(A), _pointer(B), _pointer(idx),
@@ -176,7 +162,6 @@ def scattered_t_product_add_(G: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
 
 def fixed_product_(C: torch.Tensor, A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """``C[r] = A[r] @ W``, written into C: C, A (n, m, m), W (m, m)."""
-    _check("fixed_product_", C, A, W)
     _library().fixed_product(A.shape[-1], len(A), _pointer(A), _pointer(W), _pointer(C))
     return C
 
@@ -185,44 +170,9 @@ def bias_product_gathered_(C: torch.Tensor, bias: torch.Tensor, S: torch.Tensor,
                            A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``C[r] = bias + S[r] @ W + A[r] @ B[idx[r]]``, written into C: C, S, A (n, m, m), bias
     and W (m, m), B (k, m, m), idx (n,) int64 (DIN's interaction pre-activation, Eq. 8)."""
-    _check("bias_product_gathered_", C, bias, S, W, A, B, idx)
     if idx.dtype != torch.int64 or len(idx) != len(A):
         raise ValueError("bias_product_gathered_: idx must be int64 with one entry per row of A")
     _library().bias_product_gathered(A.shape[-1], len(A), _pointer(bias), _pointer(S),
                                      _pointer(W), _pointer(A), _pointer(B), _pointer(idx),
                                      _pointer(C))
-    return C
-
-
-# Row-wise products (DIN-1's control: every row has its own generated weights). B and C are
-# (n, m, k·m) with k = 1 or 2 (the z and r gates side by side); A is (n, m, m) unless said.
-
-
-def rows_product_add_(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C0: torch.Tensor,
-                      ) -> torch.Tensor:
-    """``C[r] = C0[r] + A[r] @ B[r]``, written into C (C0 may be C)."""
-    _check("rows_product_add_", C, A, B, C0)
-    m = A.shape[-1]
-    _library().rows_product_add(m, len(A), B.shape[-1] // m, _pointer(A), _pointer(B),
-                                _pointer(C0), _pointer(C))
-    return C
-
-
-def rows_product_bt_(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, accumulate: bool,
-                     ) -> torch.Tensor:
-    """``C[r] (+)= A[r] @ B[r]^T`` for A and B (n, m, k·m), C (n, m, m): added to C when
-    ``accumulate``, else written."""
-    _check("rows_product_bt_", C, A, B)
-    m = C.shape[-1]
-    _library().rows_product_bt_add(m, len(A), B.shape[-1] // m, _pointer(A), _pointer(B),
-                                   _pointer(C), int(not accumulate))
-    return C
-
-
-def rows_t_product_(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """``C[r] = A[r]^T @ B[r]``, written into C (the gradient of a row-wise product's B)."""
-    _check("rows_t_product_", C, A, B)
-    m = A.shape[-1]
-    _library().rows_t_product(m, len(A), B.shape[-1] // m, _pointer(A), _pointer(B),
-                              _pointer(C))
     return C
