@@ -49,14 +49,15 @@ def test_kernel_products_equal_torch(m):
         bias + D @ W + torch.bmm(A, B[idx]), **tol)
 
 
-def test_din_trains_the_same_with_and_without_the_kernel(monkeypatch):
-    """DIN-1 16×16 in float32 (the kernel's interaction loop forward and backward) against the
-    same model on torch.bmm: logits and every gradient, to float32 rounding."""
+@pytest.mark.parametrize("dim", [256, 324, 400])
+def test_din_trains_the_same_with_and_without_the_kernel(monkeypatch, dim):
+    """DIN-1 in float32 (the kernel in the interaction's loop, forward and backward) against
+    the same model on torch.bmm: logits and every gradient, to float32 rounding."""
     kernel_or_skip()
     torch.manual_seed(2)
     embedding = nn.Embedding(30, 8, padding_idx=0)
     embedding.weight.requires_grad_(False)
-    model = DIN(embedding, num_classes=3, dim=256, dropout=0.0)
+    model = DIN(embedding, num_classes=3, dim=dim, dropout=0.0)
     lengths_p, lengths_h = torch.tensor([7, 3, 5, 7]), torch.tensor([4, 6, 1, 3])
     pm = torch.arange(7)[None] < lengths_p[:, None]
     hm = torch.arange(6)[None] < lengths_h[:, None]
@@ -73,8 +74,8 @@ def test_din_trains_the_same_with_and_without_the_kernel(monkeypatch):
                  "fixed_product_"):
         function = getattr(small_products, name)
         monkeypatch.setattr(small_products, name,
-                            lambda *a, name=name, function=function: used.append(name)
-                            or function(*a))
+                            lambda *a, name=name, function=function, **k: used.append(name)
+                            or function(*a, **k))
     logits, grads = run()
     assert set(used) == {"bias_product_gathered_", "gathered_product_t_add_",
                          "scattered_t_product_add_", "fixed_product_"}, set(used)
