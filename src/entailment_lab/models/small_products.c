@@ -11,8 +11,6 @@
 
 #ifndef __AVX512F__
 int small_products_available(void) { return 0; }
-void gathered_product_add(int m, int64_t n, const float *A, const float *B, const int64_t *idx,
-                          float *C) { (void)m; (void)n; (void)A; (void)B; (void)idx; (void)C; }
 void gathered_product_t_add(int m, int64_t n, const float *A, const float *B,
                             const int64_t *idx, float *C) {
   (void)m; (void)n; (void)A; (void)B; (void)idx; (void)C; }
@@ -68,10 +66,6 @@ static inline __attribute__((always_inline)) void transpose(const int M, const f
     for (int j = 0; j < M; j++) BT[j * M + i] = B[i * M + j];
 }
 
-/* C[r] += A[r] · B[idx[r]] */
-#define GATHERED(M)                                                                    \
-  for (int64_t r = 0; r < n; r++) product_add(M, A + r * M * M, 0, B + idx[r] * M * M, \
-                                              C + r * M * M, 0);
 /* C[r] += A[r] · B[idx[r]]^T (each B[idx[r]] transposed once per run of equal idx) */
 #define GATHERED_T(M)                                                                     \
   {                                                                                       \
@@ -106,10 +100,6 @@ void bias_product_gathered(int m, int64_t n, const float *bias, const float *S, 
                            const float *A, const float *B, const int64_t *idx, float *C) {
   if (m == 16) BIAS_PRODUCT_GATHERED(16) else if (m == 18) BIAS_PRODUCT_GATHERED(18)
   else if (m == 20) BIAS_PRODUCT_GATHERED(20)
-}
-void gathered_product_add(int m, int64_t n, const float *A, const float *B, const int64_t *idx,
-                          float *C) {
-  if (m == 16) GATHERED(16) else if (m == 18) GATHERED(18) else if (m == 20) GATHERED(20)
 }
 void gathered_product_t_add(int m, int64_t n, const float *A, const float *B,
                             const int64_t *idx, float *C) {

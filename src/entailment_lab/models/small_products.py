@@ -101,7 +101,7 @@ def _build(compiler: str) -> ctypes.CDLL | None:
         log.info("small products: torch.bmm (this CPU or compiler has no AVX-512F)")
         return None
     pointer, size = ctypes.c_void_p, ctypes.c_int64
-    for name, pointers in (("gathered_product_add", 4), ("gathered_product_t_add", 4),
+    for name, pointers in (("gathered_product_t_add", 4),
                            ("scattered_t_product_add", 4), ("fixed_product", 3),
                            ("bias_product_gathered", 7)):
         getattr(library, name).argtypes = [ctypes.c_int, size, *[pointer] * pointers]
@@ -132,19 +132,20 @@ def _pointer(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
+def _check(name: str, *tensors: torch.Tensor) -> None:
+    """The kernel reads raw memory: every operand must be contiguous and on the CPU."""
+    if not all(t.is_contiguous() and t.device.type == "cpu" for t in tensors):
+        raise ValueError(f"{name}: every tensor must be contiguous and on the CPU")
+
+
 def _call(name: str, out: torch.Tensor, A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor,
           ) -> torch.Tensor:
+    _check(name, out, A, B, idx)
     if idx.dtype != torch.int64 or len(idx) != len(A):
         raise ValueError(f"{name}: idx must be int64 with one entry per row of A")
     getattr(_library(), name)(A.shape[-1], len(A), _pointer(A), _pointer(B), _pointer(idx),
                               _pointer(out))
     return out
-
-
-def gathered_product_add_(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor,
-                          ) -> torch.Tensor:
-    """``C[r] += A[r] @ B[idx[r]]`` in place: C, A (n, m, m), B (k, m, m), idx (n,)."""
-    return _call("gathered_product_add", C, A, B, idx)
 
 
 def gathered_product_t_add_(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
@@ -162,6 +163,7 @@ def scattered_t_product_add_(G: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
 
 def fixed_product_(C: torch.Tensor, A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """``C[r] = A[r] @ W``, written into C: C, A (n, m, m), W (m, m)."""
+    _check("fixed_product_", C, A, W)
     _library().fixed_product(A.shape[-1], len(A), _pointer(A), _pointer(W), _pointer(C))
     return C
 
@@ -170,9 +172,11 @@ def bias_product_gathered_(C: torch.Tensor, bias: torch.Tensor, S: torch.Tensor,
                            A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``C[r] = bias + S[r] @ W + A[r] @ B[idx[r]]``, written into C: C, S, A (n, m, m), bias
     and W (m, m), B (k, m, m), idx (n,) int64 (DIN's interaction pre-activation, Eq. 8)."""
+    _check("bias_product_gathered_", C, bias, S, W, A, B, idx)
     if idx.dtype != torch.int64 or len(idx) != len(A):
         raise ValueError("bias_product_gathered_: idx must be int64 with one entry per row of A")
     _library().bias_product_gathered(A.shape[-1], len(A), _pointer(bias), _pointer(S),
                                      _pointer(W), _pointer(A), _pointer(B), _pointer(idx),
                                      _pointer(C))
     return C
+
