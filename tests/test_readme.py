@@ -46,7 +46,9 @@ TINY = {
     "benchmarks/profile_step.py": ["--batches", "2", "--warmup", "1", "--dim", "16"],
     "benchmarks/cost_growth.py": ["--quick", "--models", "decatt"],
     "benchmarks/peer_speed.py": [],  # its README command prints the table of the records
+    "benchmarks/small_products.py": ["--n", "8", "--reps", "2", "--rounds", "1"],
 }
+NOT_MEASURABLE = 3  # a benchmark's status when this machine lacks what it measures (a C compiler)
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
        "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -188,6 +190,8 @@ def _benchmark_command(script: str, args: list[str], tmp_path: Path,
     try:  # in-process: the interpreter and torch are already loaded
         runpy.run_path(str(REPO / script), run_name="__main__")
     except SystemExit as exit_:
+        if exit_.code == NOT_MEASURABLE:
+            pytest.skip(f"{script}: not measurable on this machine")
         assert not exit_.code, f"{script} exited with {exit_.code}"
 
 
