@@ -216,7 +216,9 @@ class _InteractionLoop(torch.autograd.Function):
     row's state is kept in one buffer updated in place step by step, and the weights'
     gradients are accumulated in place, instead of a new tensor and an accumulation per
     operation and step. ``tests/test_din_model.py`` gradchecks it (both initial states) and
-    compares the model's gradients with the padded implementation's (float64).
+    compares the model's gradients with the padded implementation's (float64). On CPU in
+    float32 with one thread the products, forward and backward, run in a C kernel
+    (``models/small_products.py``; ``tests/test_small_products.py`` compares the two paths).
     """
 
     @staticmethod
@@ -239,25 +241,24 @@ class _InteractionLoop(torch.autograd.Function):
         grad_X, grad_W_p = torch.zeros_like(X), torch.zeros_like(W_p_steps)
         grad_W_inter_T, grad_b_T = W_inter.new_zeros(m, m), W_inter.new_zeros(m, m)
         kernel = small_products.available(X, W_p_steps, W_inter)
-        rows_to_one = torch.zeros(len(X), dtype=torch.int64)  # every row adds into one matrix
+        # the row index of a sum of every row into one matrix (W_inter's gradient), for the kernel
+        rows_to_one = torch.zeros(len(X), dtype=torch.int64) if kernel else None
         for tau in reversed(range(len(ctx.running))):
             n = ctx.running[tau]
             # Rows [:n] ran step τ; G holds dL/dS_τ (written by step τ+1, or the output's
             # gradient for rows whose premise ended at τ).
             d = torch.ops.aten.tanh_backward(G[:n], states[tau + 1])  # dL/d(pre-activation)
             S_prev, X_n = states[tau][:n], X[:n]
-            if kernel:  # the two products of X W̃'^T below, gathers and scatter in the C kernel
+            if kernel:  # the four products of the branch below, gathers and scatters included
                 small_products.gathered_product_t_add_(grad_X[:n], d, W_p_steps[tau], b_idx[:n])
                 small_products.scattered_t_product_add_(grad_W_p[tau], X_n, d, b_idx[:n])
+                small_products.scattered_t_product_add_(grad_W_inter_T[None], S_prev, d,
+                                                        rows_to_one[:n])
+                small_products.fixed_product_(G[:n], d, W_inter)
             else:
                 W_p_rows = W_p_steps[tau].index_select(0, b_idx[:n])
                 grad_X[:n].baddbmm_(d, W_p_rows.transpose(-1, -2))  # of X W̃'^T
                 grad_W_p[tau].index_add_(0, b_idx[:n], torch.bmm(X_n.transpose(-1, -2), d))
-            if kernel:  # the same two products in the C kernel
-                small_products.scattered_t_product_add_(grad_W_inter_T[None], S_prev, d,
-                                                        rows_to_one[:n])  # of S W_inter^T
-                small_products.fixed_product_(G[:n], d, W_inter)  # dL/dS_{τ-1}
-            else:
                 grad_W_inter_T.addmm_(S_prev.reshape(-1, m).T, d.view(-1, m))  # of S W_inter^T
                 torch.mm(d.view(-1, m), W_inter, out=G[:n].view(-1, m))  # dL/dS_{τ-1}
             grad_b_T += d.sum(dim=0)
