@@ -75,7 +75,7 @@ def _library() -> ctypes.CDLL | None:
         return None
     try:
         return _build(compiler)
-    except OSError as err:  # an unwritable cache, a library that does not load
+    except (OSError, RuntimeError) as err:  # no home or an unwritable cache; a bad library
         log.info("small products: torch.bmm (%s)", err)
         return None
 
