@@ -104,3 +104,19 @@ def test_the_kernel_is_left_out_where_it_does_not_apply(monkeypatch):
     small_products._library.cache_clear()
     assert not small_products.available(matrices)
     small_products._library.cache_clear()
+
+
+def test_bad_operands_are_refused_with_a_message():
+    """The kernel reads raw memory: a strided, float64 or mis-indexed operand is an error that
+    says what is wrong, never a silent wrong answer."""
+    kernel_or_skip()
+    A, C = torch.randn(4, 20, 20), torch.zeros(4, 20, 20)
+    B, idx = torch.randn(3, 20, 20), torch.tensor([0, 1, 2, 0])
+    with pytest.raises(ValueError, match="contiguous float32 CPU tensor"):
+        small_products.gathered_product_t_add_(C, A.transpose(1, 2), B, idx)
+    with pytest.raises(ValueError, match="contiguous float32 CPU tensor"):
+        small_products.fixed_product_(C, A.double(), B[0])
+    with pytest.raises(ValueError, match=r"one entry per row \(4\), got torch.int32 of length 4"):
+        small_products.scattered_t_product_add_(B.clone(), A, C, idx.int())
+    with pytest.raises(ValueError, match=r"one entry per row \(4\), got torch.int64 of length 3"):
+        small_products.bias_product_gathered_(C, B[0], A, B[1], A, B, idx[:3])

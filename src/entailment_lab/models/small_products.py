@@ -132,17 +132,22 @@ def _pointer(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
-def _check(name: str, *tensors: torch.Tensor) -> None:
-    """The kernel reads raw memory: every operand must be contiguous and on the CPU."""
-    if not all(t.is_contiguous() and t.device.type == "cpu" for t in tensors):
-        raise ValueError(f"{name}: every tensor must be contiguous and on the CPU")
+def _check(name: str, *tensors: torch.Tensor, idx: torch.Tensor | None = None,
+           rows: int = 0) -> None:
+    """The kernel reads raw memory: every operand must be a contiguous float32 CPU tensor, and
+    ``idx`` an int64 one with one entry per row (``rows``)."""
+    if not all(t.is_contiguous() and t.device.type == "cpu" and t.dtype == torch.float32
+               for t in tensors):
+        raise ValueError(f"{name}: every matrix must be a contiguous float32 CPU tensor")
+    if idx is not None and (idx.dtype != torch.int64 or not idx.is_contiguous()
+                            or idx.device.type != "cpu" or len(idx) != rows):
+        raise ValueError(f"{name}: idx must be a contiguous int64 CPU tensor with one entry "
+                         f"per row ({rows}), got {idx.dtype} of length {len(idx)}")
 
 
 def _call(name: str, out: torch.Tensor, A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor,
           ) -> torch.Tensor:
-    _check(name, out, A, B, idx)
-    if idx.dtype != torch.int64 or len(idx) != len(A):
-        raise ValueError(f"{name}: idx must be int64 with one entry per row of A")
+    _check(name, out, A, B, idx=idx, rows=len(A))
     getattr(_library(), name)(A.shape[-1], len(A), _pointer(A), _pointer(B), _pointer(idx),
                               _pointer(out))
     return out
@@ -172,9 +177,7 @@ def bias_product_gathered_(C: torch.Tensor, bias: torch.Tensor, S: torch.Tensor,
                            A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``C[r] = bias + S[r] @ W + A[r] @ B[idx[r]]``, written into C: C, S, A (n, m, m), bias
     and W (m, m), B (k, m, m), idx (n,) int64 (DIN's interaction pre-activation, Eq. 8)."""
-    _check("bias_product_gathered_", C, bias, S, W, A, B, idx)
-    if idx.dtype != torch.int64 or len(idx) != len(A):
-        raise ValueError("bias_product_gathered_: idx must be int64 with one entry per row of A")
+    _check("bias_product_gathered_", C, bias, S, W, A, B, idx=idx, rows=len(A))
     _library().bias_product_gathered(A.shape[-1], len(A), _pointer(bias), _pointer(S),
                                      _pointer(W), _pointer(A), _pointer(B), _pointer(idx),
                                      _pointer(C))
