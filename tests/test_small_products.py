@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from entailment_lab.models import small_products
+from entailment_lab.models import c_kernels, small_products
 from entailment_lab.models.din import DIN
 
 
@@ -20,7 +20,7 @@ def one_thread():
 
 
 def kernel_or_skip() -> None:
-    small_products._library.cache_clear()
+    c_kernels.library.cache_clear()
     if small_products._library() is None:
         pytest.skip("no C compiler or no AVX-512F here: the kernel is not built (torch.bmm runs)")
 
@@ -96,14 +96,14 @@ def test_the_kernel_is_left_out_where_it_does_not_apply(monkeypatch):
     torch.set_num_threads(2)
     assert not small_products.available(matrices)
     torch.set_num_threads(1)
-    monkeypatch.setenv(small_products.DISABLE_VARIABLE, "0")
-    small_products._library.cache_clear()
+    monkeypatch.setenv(c_kernels.DISABLE_VARIABLE, "0")
+    c_kernels.library.cache_clear()
     assert not small_products.available(matrices)
-    monkeypatch.delenv(small_products.DISABLE_VARIABLE)
-    monkeypatch.setattr(small_products.shutil, "which", lambda name: None)
-    small_products._library.cache_clear()
+    monkeypatch.delenv(c_kernels.DISABLE_VARIABLE)
+    monkeypatch.setattr(c_kernels.shutil, "which", lambda name: None)
+    c_kernels.library.cache_clear()
     assert not small_products.available(matrices)
-    small_products._library.cache_clear()
+    c_kernels.library.cache_clear()
 
 
 def test_bad_operands_are_refused_with_a_message():

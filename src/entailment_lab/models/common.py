@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from entailment_lab.errors import ConfigError
+from entailment_lab.models import gru_steps
 
 # --- Config checks for ``validate_config`` -------------------------------------------------------
 # Each raises ``ConfigError("model.net.KNOB must be ..., got VALUE[; HINT]")``. ``knob`` is the
@@ -255,8 +256,10 @@ class _GRUSequence(torch.autograd.Function):
     Autograd's backward of ``nn.GRU`` on CPU runs about fifteen operations a step, concatenates
     the three gates' gradients and accumulates each weight's gradient step by step. Here the
     gates' gradients are written into one buffer per product and the weights' gradients are
-    one matrix product over all steps after the loop. Outputs equal ``nn.GRU``'s to float
-    rounding; ``tests/test_din_model.py`` compares them (float64) and gradchecks the backward.
+    one matrix product over all steps after the loop. In float32 with one thread each step's
+    gate arithmetic is one C pass (``gru_steps.py``), forward and backward. Outputs equal
+    ``nn.GRU``'s to float rounding; ``tests/test_din_model.py`` compares them (float64 and
+    float32, with and without the kernel) and gradchecks the backward.
     """
 
     @staticmethod
@@ -271,13 +274,19 @@ class _GRUSequence(torch.autograd.Function):
         rz = x.new_empty(steps, batch, 2 * d)  # [r | z]
         n = x.new_empty(steps, batch, d)
         gh_n = x.new_empty(steps, batch, d)  # W_hn h + b_hn
-        h = x.new_zeros(batch, d)
+        kernel = gru_steps.available(x_steps, W_hh)  # the gate arithmetic in C (gru_steps.py)
         for t in range(steps):
-            gh = torch.addmm(b_hh, h, W_hh.T)  # (batch, 3d)
+            h = out[t - 1] if t else None  # h_{t-1}; h_0 = 0
+            # W_hh h + b_hh: (batch, 3d); b_hh alone at the first step
+            gh = torch.addmm(b_hh, h, W_hh.T) if t else b_hh.expand(batch, 3 * d).contiguous()
+            if kernel:
+                gru_steps.forward_step_(gh, gi[t], h, rz[t], n[t], gh_n[t], out[t])
+                continue
             r_z = torch.add(gh[:, : 2 * d], gi[t, :, : 2 * d], out=rz[t]).sigmoid_()
             gh_n[t] = gh[:, 2 * d:]
             n_t = tanh_(torch.addcmul(gi[t, :, 2 * d:], gh_n[t], r_z[:, :d], out=n[t]))
-            h = torch.sub(h, n_t, out=out[t]).mul_(r_z[:, d:]).add_(n_t)
+            h_minus_n = torch.sub(h, n_t, out=out[t]) if t else torch.neg(n_t, out=out[t])
+            h_minus_n.mul_(r_z[:, d:]).add_(n_t)
         ctx.save_for_backward(x_steps, W_ih, W_hh, out, rz, n, gh_n)
         return out.transpose(0, 1)  # (batch, len, d)
 
@@ -289,7 +298,14 @@ class _GRUSequence(torch.autograd.Function):
         G = grad_out.transpose(0, 1).contiguous()  # dL/dh_t; step t adds its part to step t−1's
         d_gh = out.new_empty(steps, batch, 3 * d)  # dL/d(W_hh h + b_hh): [r | z | n's, ⊙ r]
         d_n = out.new_empty(steps, batch, d)  # dL/d(n's pre-activation) = dL/d(W_in x + b_in)
+        kernel = gru_steps.available(G, W_hh)
         for t in reversed(range(steps)):
+            if kernel:  # the elementwise lines below in one pass (gru_steps.py)
+                gru_steps.backward_step_(G[t], rz[t], n[t], gh_n[t], out[t - 1] if t else None,
+                                         d_gh[t], d_n[t], G[t - 1] if t else None)
+                if t:
+                    G[t - 1].addmm_(d_gh[t], W_hh)
+                continue
             g, r, z = G[t], rz[t, :, :d], rz[t, :, d:]
             h = out[t - 1] if t else out.new_zeros(batch, d)  # h_{t-1}
             # h_t = (h − n) ⊙ z + n: dL/dn = g ⊙ (1 − z), dL/dz = g ⊙ (h − n), dL/dh = g ⊙ z

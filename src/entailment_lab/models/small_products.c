@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #ifndef __AVX512F__
-int small_products_available(void) { return 0; }
+int available(void) { return 0; }
 void gathered_product_t_add(int m, int64_t n, const float *A, const float *B,
                             const int64_t *idx, float *C) {
   (void)m; (void)n; (void)A; (void)B; (void)idx; (void)C; }
@@ -25,7 +25,7 @@ void bias_product_gathered(int m, int64_t n, const float *bias, const float *S, 
 #else
 #include <immintrin.h>
 
-int small_products_available(void) { return 1; }
+int available(void) { return 1; }
 
 /* C += op(A) · B for one m×m product (C = op(A) · B when zero); op(A) = A, or A^T when a_t.
  * Inlined with a constant m,
