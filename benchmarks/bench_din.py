@@ -60,8 +60,8 @@ from pairs import (  # noqa: E402
 
 from din_padded import padded_forward  # noqa: E402
 from entailment_lab.embeddings import glove_6b_50d, random_embeddings  # noqa: E402
-from entailment_lab.models import small_products  # noqa: E402
-from entailment_lab.models.din import DIN  # noqa: E402
+from entailment_lab.models import c_kernels  # noqa: E402
+from entailment_lab.models.din import DIN, Words  # noqa: E402
 
 Shape = tuple[int, ...]
 
@@ -79,11 +79,10 @@ IN_PLACE_PRODUCTS = {torch.ops.aten.addmm_: _addmm_, torch.ops.aten.baddbmm_: _b
 
 
 def gflop(fn: Callable[[Batch], None], batches: list[Batch]) -> float:
-    """Matrix-product GFLOP per batch of ``fn``, counted (torch.utils.flop_counter) with the C
-    kernel of DIN's small products off: the counter sees torch's operations only, and the
-    products are the same."""
-    with small_products.disabled(), FlopCounterMode(display=False,
-                                                    custom_mapping=IN_PLACE_PRODUCTS) as counter:
+    """Matrix-product GFLOP per batch of ``fn``, counted (torch.utils.flop_counter) with DIN's
+    C kernels off: the counter sees torch's operations only, and the products are the same."""
+    with c_kernels.disabled(), FlopCounterMode(display=False,
+                                               custom_mapping=IN_PLACE_PRODUCTS) as counter:
         for batch in batches:
             fn(batch)
     return counter.get_total_flops() / 1e9 / len(batches)
@@ -120,28 +119,31 @@ def layer_breakdown(model: DIN, batches: list[Batch], rounds: int) -> dict[str, 
 
     for b in batches:
         p, pm, h, hm = (b[k] for k in KEYS)
+        words = Words.of(hm)  # the layers pass the real hypothesis words' rows between them
         with torch.no_grad():
             x_h = model.embedding(h)
-            h_p = model.encoder(model.embedding(p))[0]
-            W_p, W_h = model.transform(h_p, x_h, hm)
-            W_out = model.interaction(W_p, pm, W_h, hm)[0]
+            h_p = model.encode(model.embedding(p), pm)
+            W_p, W_h = model.transform(h_p, x_h, words)
+            W_out = model.interaction(W_p, pm, W_h, words.pair)[0]
             x = W_h if model.variant == "din1" else (
-                x_h if (model.din2_input if model.variant == "din2" else model.static_input)
-                == "word" else W_h.flatten(2))
-            h_t = model.control(W_out, x, hm)[0]
+                words.gather(x_h) if (model.din2_input if model.variant == "din2"
+                                      else model.static_input) == "word"
+                else W_h.transpose(-1, -2).flatten(1))
+            h_t = model.control(W_out, x, words)[0]
         h_p, W_p, W_h, W_out, h_t = (t.requires_grad_() for t in (h_p, W_p, W_h, W_out, h_t))
         stages["embedding + encoder GRU (Eq. 3-6)"].append(
-            stage(lambda p=p: model.encoder(model.dropout(model.embedding(p)))[0]))
+            stage(lambda p=p, pm=pm: model.encode(model.dropout(model.embedding(p)), pm)))
         stages["transformation (Eq. 7)"].append(stage(
-            lambda h_p=h_p, x_h=x_h, hm=hm: torch.cat(
-                [W.flatten(1) for W in model.transform(h_p, x_h, hm)], dim=1)))
-        stages["interaction (Eq. 8)"].append(
-            stage(lambda W_p=W_p, pm=pm, W_h=W_h, hm=hm: model.interaction(W_p, pm, W_h, hm)[0]))
+            lambda h_p=h_p, x_h=x_h, words=words: torch.cat(
+                [W.flatten() for W in model.transform(h_p, x_h, words)])))
+        stages["interaction (Eq. 8)"].append(stage(
+            lambda W_p=W_p, pm=pm, W_h=W_h, words=words:
+            model.interaction(W_p, pm, W_h, words.pair)[0]))
         stages["control (Eq. 9-19)"].append(
-            stage(lambda W_out=W_out, x=x, hm=hm: model.control(W_out, x, hm)[0]))
+            stage(lambda W_out=W_out, x=x, words=words: model.control(W_out, x, words)[0]))
         stages["pooling, FC, softmax (Eq. 20-22)"].append(
-            lambda h_t=h_t, hm=hm, y=b["label"]: F.cross_entropy(model.classify(h_t, hm), y)
-            .backward())
+            lambda h_t=h_t, words=words, y=b["label"]: F.cross_entropy(
+                model.classify(h_t, words), y).backward())
         stages["Adam step"].append(optimiser.step)
     totals = dict.fromkeys(stages, 0.0)
     for _ in range(rounds):

@@ -12,7 +12,7 @@ from din_padded import padded_forward
 from din_reference import reference_forward, reference_layers
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import Dropout, gru_outputs, tanh, tanh_
-from entailment_lab.models.din import DIN, Interaction, MatrixControlGRU, PaperGRU
+from entailment_lab.models.din import DIN, Interaction, MatrixControlGRU, PaperGRU, Words
 
 VOCAB = 40
 
@@ -84,8 +84,10 @@ def test_reference_layers_match_interact_and_control():
     W_p = torch.randn(3, 5, 3, 3, dtype=torch.float64).tanh() * pm[:, :, None, None]
     W_h = torch.randn(3, 4, 3, 3, dtype=torch.float64).tanh() * hm[:, :, None, None]
     x_h = model.embedding(h)
-    fast = model.interact_and_control(W_p, pm, W_h, x_h, hm)[0] * hm[:, :, None]
-    torch.testing.assert_close(fast, reference_layers(model, W_p, pm, W_h, x_h, hm))
+    words = Words.of(hm)  # the layers take transposed matrices, W_h as the words' rows
+    rows = model.interact_and_control(W_p.permute(1, 0, 3, 2), pm,
+                                      words.gather(W_h).transpose(-1, -2), x_h, words)[0]
+    torch.testing.assert_close(words.scatter(rows), reference_layers(model, W_p, pm, W_h, x_h, hm))
 
 
 @pytest.mark.parametrize("variant", ["din1", "din2", "static"])
@@ -283,8 +285,9 @@ def test_interaction_backward_passes_gradcheck(init):
     interaction = Interaction(m, init).double()
     pm = torch.arange(4)[None, :] < torch.tensor(lengths)[:, None]
     hm = torch.arange(3)[None, :] < torch.tensor([3, 1, 2])[:, None]
-    W_p = torch.randn(3, 4, m, m, dtype=torch.float64, requires_grad=True)
-    W_h = torch.randn(3, 3, m, m, dtype=torch.float64, requires_grad=True)
+    pair = Words.of(hm).pair  # the 6 words' pairs, not sorted by premise length
+    W_p = torch.randn(4, 3, m, m, dtype=torch.float64, requires_grad=True)  # time-major
+    W_h = torch.randn(len(pair), m, m, dtype=torch.float64, requires_grad=True)  # the words
 
     W_inter = torch.randn(m, m, dtype=torch.float64, requires_grad=True)
     b_inter = torch.randn(m, m, dtype=torch.float64, requires_grad=True)
@@ -292,7 +295,7 @@ def test_interaction_backward_passes_gradcheck(init):
 
     def fn(W_p, W_h, W_inter, b_inter):
         interaction.W_inter, interaction.b_inter = W_inter, b_inter
-        return interaction(W_p, pm, W_h, hm)[0]
+        return interaction(W_p, pm, W_h, pair)[0]
 
     assert torch.autograd.gradcheck(fn, (W_p, W_h, W_inter, b_inter))
 
@@ -305,9 +308,9 @@ def test_control_backward_passes_gradcheck(weights):
     torch.manual_seed(7)
     m = 3
     control = MatrixControlGRU(m, weights).double()
-    hm = torch.arange(4)[None, :] < torch.tensor([4, 1, 3])[:, None]
-    W_out = torch.randn(3, 4, m, m, dtype=torch.float64, requires_grad=True)
-    W_h = torch.randn(3, 4, m, m, dtype=torch.float64, requires_grad=True)
+    words = Words.of(torch.arange(4)[None, :] < torch.tensor([4, 1, 3])[:, None])
+    W_out = torch.randn(len(words.pair), m, m, dtype=torch.float64, requires_grad=True)
+    W_h = torch.randn(len(words.pair), m, m, dtype=torch.float64, requires_grad=True)
     params = {name: p.detach().clone().requires_grad_() for name, p in control.named_parameters()}
     for name in params:
         delattr(control, name)  # the parameters become gradcheck's inputs
@@ -315,7 +318,7 @@ def test_control_backward_passes_gradcheck(weights):
     def fn(W_out, W_h, *values):
         for name, value in zip(params, values, strict=True):
             setattr(control, name, value)
-        return control(W_out, W_h, hm)[0]
+        return control(W_out, W_h, words)[0]
 
     assert torch.autograd.gradcheck(fn, (W_out, W_h, *params.values()))
 

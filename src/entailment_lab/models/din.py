@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -85,17 +85,21 @@ class Transformation(nn.Module):
         _uniform_(self.W_trans, in_features)
         _uniform_(self.b_trans, in_features)
 
-    def forward(self, c: torch.Tensor) -> torch.Tensor:
-        # c: (..., d_c) -> (..., m, m)
+    def forward(self, c: torch.Tensor, transposed: bool = False) -> torch.Tensor:
+        """c (..., d_c) -> W̃ (..., m, m), or W̃^T with ``transposed`` (the layout the
+        interaction and control layers compute in: their products need no transposed copy)."""
         m = self.m
-        out = F.linear(c, self.W_trans.view(m * m, -1), self.b_trans.view(m * m))
+        W, b = self.W_trans, self.b_trans
+        if transposed:  # output (j, i) is W̃'s (i, j): W_trans and b_trans with i and j swapped
+            W, b = W.transpose(0, 1), b.T
+        out = F.linear(c, W.reshape(m * m, -1), b.reshape(m * m))
         return tanh(out).unflatten(-1, (m, m))
 
 
 class Interaction(nn.Module):
     """Eq. 8: ``W^t_τ = tanh(W̃'_τ W̃_t + W_inter W^t_{τ-1} + b_inter)`` for every (pair, t).
 
-    A Python loop over premise positions τ only, over the N real (pair, hypothesis word) rows,
+    A Python loop over premise positions τ only, over the N real hypothesis words (rows),
     computed on transposed matrices: ``(W^t_τ)^T = tanh(W̃_t^T W̃'_τ^T + (W^t_{τ-1})^T
     W_inter^T + b_inter^T)``, so the ``W_inter`` term of all rows is one plain matrix product
     (an (n·m, m) by (m, m) product) and the rest is one batched product added in place. The
@@ -117,36 +121,28 @@ class Interaction(nn.Module):
         self,
         W_p: torch.Tensor,
         premise_mask: torch.Tensor,
-        W_h: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
+        X: torch.Tensor,
+        pair: torch.Tensor,
         return_norms: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """W_p (batch, len_p, m, m), W_h (batch, len_h, m, m) -> W^t_{ℓ_P} (batch, len_h, m, m).
+        """W_p: W̃'_τ^T, time-major (len_p, batch, m, m); X: W̃_t^T of N hypothesis words, in any
+        order (N, m, m); pair (N,): each word's pair -> (W^t_{ℓ_P})^T of each word (N, m, m),
+        in X's order.
 
-        Padded premise positions of W_p are never read; padded hypothesis positions of the
-        output are zero. With ``return_norms`` also ``‖W^t_τ‖_F`` (batch, len_h, len_p), 0 at
-        padded positions.
+        Padded premise positions of W_p are never read. With ``return_norms`` also
+        ``‖W^t_τ‖_F`` (N, len_p), 0 past each premise's end.
         """
-        len_p = W_p.shape[1]
-        # The N = Σ ℓ_H real rows, sorted by their premise's length, longest first.
-        b_idx, t_idx = hypothesis_mask.nonzero(as_tuple=True)  # (N,) each
-        order, running = longest_first(premise_mask.sum(dim=1)[b_idx], len_p)
-        b_idx, t_idx = b_idx[order], t_idx[order]
-        X = W_h[b_idx, t_idx].transpose(-1, -2).contiguous()  # W̃_t^T of each row: (N, m, m)
-        W_p_steps = W_p.permute(1, 0, 3, 2).contiguous()  # W̃'_τ^T, time-major: (len_p, batch, m, m)
+        # The rows sorted by their premise's length, longest first
+        order, running = longest_first(premise_mask.sum(dim=1)[pair], W_p.shape[0])
         hypothesis_init = self.init == "hypothesis"
         if _hand_written_backward_applies() and not return_norms:
             # training without mixed precision: the loop with a hand-written backward
-            S = _InteractionLoop.apply(X, W_p_steps, self.W_inter, self.b_inter, b_idx, running,
-                                       hypothesis_init)
-        else:
-            S, norms = _interaction_loop(X, W_p_steps, self.W_inter, self.b_inter, b_idx,
-                                         running, hypothesis_init, return_norms)
-        out = scatter_rows(S.transpose(-1, -2), hypothesis_mask, (b_idx, t_idx))
-        if not return_norms:
-            return out, None  # (batch, len_h, m, m)
-        norms_rows = torch.stack(norms, dim=1)  # (N, len_p)
-        return out, scatter_rows(norms_rows, hypothesis_mask, (b_idx, t_idx))
+            return _InteractionLoop.apply(X, W_p, self.W_inter, self.b_inter, pair, order,
+                                          running, hypothesis_init), None
+        S, norms = _interaction_loop(X[order], W_p, self.W_inter, self.b_inter, pair[order],
+                                     running, hypothesis_init, return_norms)
+        back = torch.argsort(order)  # sorted rows -> X's order
+        return S[back], torch.stack(norms, dim=1)[back] if return_norms else None
 
 
 def _hand_written_backward_applies() -> bool:
@@ -210,7 +206,8 @@ def _interaction_loop(
 
 
 class _InteractionLoop(torch.autograd.Function):
-    """``_interaction_loop`` with a hand-written backward (float32 training only).
+    """``_interaction_loop`` with a hand-written backward (training without mixed precision),
+    on rows in the caller's order (sorted by ``order`` inside, and back).
 
     The same arithmetic as autograd's, with fewer passes over memory: the gradient of every
     row's state is kept in one buffer updated in place step by step, and the weights'
@@ -223,21 +220,22 @@ class _InteractionLoop(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, X: torch.Tensor, W_p_steps: torch.Tensor, W_inter: torch.Tensor,
-                b_inter: torch.Tensor, b_idx: torch.Tensor, running: list[int],
-                hypothesis_init: bool) -> torch.Tensor:
+                b_inter: torch.Tensor, pair: torch.Tensor, order: torch.Tensor,
+                running: list[int], hypothesis_init: bool) -> torch.Tensor:
+        X, b_idx = X.index_select(0, order), pair.index_select(0, order)  # longest premise first
         states: list[torch.Tensor] = []
         S, _ = _interaction_loop(X, W_p_steps, W_inter, b_inter, b_idx, running,
                                  hypothesis_init, states=states)
-        ctx.save_for_backward(X, W_p_steps, W_inter, b_idx, *states)
+        ctx.save_for_backward(X, W_p_steps, W_inter, b_idx, order, *states)
         ctx.running, ctx.hypothesis_init = running, hypothesis_init
-        return S
+        return torch.empty_like(S).index_copy_(0, order, S)  # the caller's order
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_S: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        X, W_p_steps, W_inter, b_idx, *states = ctx.saved_tensors
+        X, W_p_steps, W_inter, b_idx, order, *states = ctx.saved_tensors
         m = X.shape[-1]
-        G = grad_S.contiguous().clone()  # dL/dS_τ of each row at the step being undone
+        G = grad_S.index_select(0, order)  # dL/dS_τ of each (sorted) row at the step being undone
         grad_X, grad_W_p = torch.zeros_like(X), torch.zeros_like(W_p_steps)
         grad_W_inter_T, grad_b_T = W_inter.new_zeros(m, m), W_inter.new_zeros(m, m)
         kernel = small_products.available(X, W_p_steps, W_inter)
@@ -264,7 +262,8 @@ class _InteractionLoop(torch.autograd.Function):
             grad_b_T += d.sum(dim=0)
         if ctx.hypothesis_init:
             grad_X += G  # S_0 = X
-        return grad_X, grad_W_p, grad_W_inter_T.T, grad_b_T.T, None, None, None
+        grad_X = torch.empty_like(grad_X).index_copy_(0, order, grad_X)  # the caller's order
+        return grad_X, grad_W_p, grad_W_inter_T.T, grad_b_T.T, None, None, None, None
 
 
 def time_major_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -283,6 +282,33 @@ def time_major_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, lis
         torch.tensor(running, device=mask.device),
     )
     return b_idx, t_idx, running
+
+
+class Words(NamedTuple):
+    """The hypothesis's real words in the order DIN's control recurrence visits them
+    (``time_major_rows``): step by step, longest hypotheses first.
+
+    Between the transformation and the pooling every per-word tensor is (N, ...) in this order,
+    so no layer fills, scatters or gathers padded tensors; ``scatter`` pads one for the
+    analysis maps and the ablation's ``nn.GRU``.
+    """
+
+    pair: torch.Tensor  # (N,) each word's pair in the batch
+    position: torch.Tensor  # (N,) its position in the hypothesis
+    running: list[int]  # words at each step: step t's are the first running[t] of the last's
+    mask: torch.Tensor  # the hypothesis mask (batch, len_h)
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> Words:
+        return cls(*time_major_rows(mask), mask)
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, len_h, ...) -> the words' rows (N, ...)."""
+        return x[self.pair, self.position]
+
+    def scatter(self, rows: torch.Tensor) -> torch.Tensor:
+        """The words' rows (N, ...) -> (batch, len_h, ...), zero at padded positions."""
+        return scatter_rows(rows, self.mask, (self.pair, self.position))
 
 
 class PaperGRU(nn.Module):
@@ -407,33 +433,30 @@ class MatrixControlGRU(nn.Module):
     def forward(
         self,
         W_out: torch.Tensor,
-        W_h: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
+        X: torch.Tensor,
+        words: Words,
         return_change: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """W_out, W_h (batch, len_h, m, m) -> h_t (batch, len_h, d), 0 at padded positions
-        [, Δ (batch, 3, len_h)]."""
+        """W_out = (W^t_{ℓ_P})^T and X = W̃_t^T of each word, in ``words``' order (N, m, m) ->
+        h_t = VECTORIZE(H_t) of each word (N, d) [, Δ (batch, 3, len_h)]."""
         m = self.m
-        b_idx, t_idx, running = time_major_rows(hypothesis_mask)
         # Eq. 15-16 for the N real words: ((N, m, 2m), (N, m, m)) each
-        W_H, W_X, b = self.generate_T(W_out[b_idx, t_idx].transpose(-1, -2))
+        W_H, W_X, b = self.generate_T(W_out)
         (W_zr, W_n), (X_zr, X_n), (b_zr, b_n) = W_H, W_X, b
         # The W̃_t part of Eq. 10-12 for every step at once: W̃_t^T W_X^T + b^T
-        X = W_h[b_idx, t_idx].transpose(-1, -2)  # (N, m, m)
         pre_zr, pre_n = torch.baddbmm(b_zr, X, X_zr), torch.baddbmm(b_n, X, X_n)
         if _hand_written_backward_applies():
-            H_all = _ControlLoop.apply(W_zr, W_n, pre_zr, pre_n, running)
+            H_all = _ControlLoop.apply(W_zr, W_n, pre_zr, pre_n, words.running)
         else:
-            H_all = _control_loop(W_zr, W_n, pre_zr, pre_n, running)
-        H_rows = H_all.transpose(-1, -2).flatten(1)  # Eq. 14, VECTORIZE(H_t)
-        h = scatter_rows(H_rows, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, d)
+            H_all = _control_loop(W_zr, W_n, pre_zr, pre_n, words.running)
+        h = H_all.transpose(-1, -2).flatten(1)  # Eq. 14, VECTORIZE(H_t): (N, d)
         change = None
         if return_change:
             watched = (W_H,) if self.W_con_x is None else (W_H, W_X)  # Fig. 3's weights
             W = torch.cat([part for group in watched for part in group], dim=-1)
             rest = self.generate_T(W_out.new_zeros(m, m))[: len(watched)]
             W0 = torch.cat([part for group in rest for part in group], dim=-1)
-            W = scatter_rows(_by_gate(W), hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, 3, ·)
+            W = words.scatter(_by_gate(W))  # (batch, len_h, 3, ·)
             change = _step_change(W, _by_gate(W0))
         return h, change
 
@@ -579,15 +602,16 @@ class VectorControlGRU(nn.Module):
         self,
         W_out: torch.Tensor,
         x: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
+        words: Words,
         return_change: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """W_out (batch, len_h, m, m), x (batch, len_h, d_x) -> h_t (batch, len_h, d) [, Δ]."""
-        b_idx, t_idx, running = time_major_rows(hypothesis_mask)  # the real words, step by step
-        V = W_out[b_idx, t_idx].flatten(1)  # Eq. 18, V^t = VECTORIZE(W^t_{ℓ_P}): (N, d)
+        """W_out = (W^t_{ℓ_P})^T (N, m, m) and the input x (N, d_x) of each word, in ``words``'
+        order -> h_t of each word (N, d) [, Δ (batch, 3, len_h)]."""
+        running = words.running
+        V = W_out.transpose(-1, -2).flatten(1)  # Eq. 18, V^t = VECTORIZE(W^t_{ℓ_P}): (N, d)
         d = V.shape[-1]
         W, b = self.generate(V)  # Eq. 18-19: (N, 3, d)
-        pre_x = W * self._static(self.U_x, x[b_idx, t_idx]) + b  # W^t_g ⊙ (U_x) x_t + b^t_g
+        pre_x = W * self._static(self.U_x, x) + b  # W^t_g ⊙ (U_x) x_t + b^t_g
         U_zr = None if self.U_h is None else self.U_h[:2]
         U_n = None if self.U_h is None else self.U_h[2:]
         h = pre_x.new_zeros(running[0], d)  # h_0 = 0, in the dtype of the gates (autocast)
@@ -602,12 +626,10 @@ class VectorControlGRU(nn.Module):
             h_tilde = tanh(w_n * self._static(U_n, r * h)[:, 0] + pre_n)
             h = torch.lerp(h, h_tilde, z)  # (1 - z) ⊙ h + z ⊙ h̃
             outputs.append(h)
-        h_all = scatter_rows(torch.cat(outputs), hypothesis_mask, (b_idx, t_idx))  # (b, len_h, d)
         change = None
         if return_change:
-            W = scatter_rows(W, hypothesis_mask, (b_idx, t_idx))  # (batch, len_h, 3, d)
-            change = _step_change(W, self.generate(V.new_zeros(d))[0])
-        return h_all, change
+            change = _step_change(words.scatter(W), self.generate(V.new_zeros(d))[0])
+        return torch.cat(outputs), change  # (N, d)
 
 
 class StaticControlGRU(nn.Module):
@@ -624,31 +646,32 @@ class StaticControlGRU(nn.Module):
         self,
         W_out: torch.Tensor,
         x: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
+        words: Words,
         return_change: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """W_out (batch, len_h, m, m), x (batch, len_h, d_x) -> h_t (batch, len_h, d) [, Δ]."""
-        inputs = torch.cat([x, W_out.flatten(2)], dim=-1)  # [x_t; V^t]: (batch, len_h, d_x + d)
+        """W_out = (W^t_{ℓ_P})^T (N, m, m) and the input x (N, d_x) of each word, in ``words``'
+        order -> h_t of each word (N, d) [, Δ (batch, 3, len_h)]."""
+        # [x_t; V^t], padded for the GRU: (batch, len_h, d_x + d)
+        inputs = words.scatter(torch.cat([x, W_out.transpose(-1, -2).flatten(1)], dim=-1))
         # h_0 = 0; packed, unlike the encoder: batches are bucketed by premise length, so
         # hypothesis padding is large (about half the positions) and a packed run skips it
-        g = self.gru
-        if isinstance(g, PaperGRU):
-            h = g(inputs, hypothesis_mask)[0]  # real positions only, 0 at padding
-        else:
-            h = run_packed(g, inputs, hypothesis_mask)
+        g = self.gru  # a PaperGRU steps through real positions only, 0 at padding
+        h = g(inputs, words.mask)[0] if isinstance(g, PaperGRU) else run_packed(g, inputs,
+                                                                               words.mask)
+        h_rows = words.gather(h)  # (N, d)
         if not return_change:
-            return h, None
+            return h_rows, None
         # Recompute the gate activations from the outputs, in the order (z, r, candidate).
         h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
         if isinstance(g, PaperGRU):
             resting = g.gates(inputs.new_zeros(inputs.shape[-1]), h.new_zeros(h.shape[-1]))
-            return h, _step_change(g.gates(inputs, h_prev), resting)  # zero input, zero state
+            return h_rows, _step_change(g.gates(inputs, h_prev), resting)  # zero input and state
         gates = self._gates(  # PyTorch's GRU: r, z, n order
             F.linear(inputs, g.weight_ih_l0, g.bias_ih_l0),
             F.linear(h_prev, g.weight_hh_l0, g.bias_hh_l0),
         )
         resting = self._gates(g.bias_ih_l0, g.bias_hh_l0)  # zero input, zero state: (3, d)
-        return h, _step_change(gates, resting)
+        return h_rows, _step_change(gates, resting)
 
     @staticmethod
     def _gates(gi: torch.Tensor, gh: torch.Tensor) -> torch.Tensor:
@@ -770,12 +793,13 @@ class DIN(Network):
         # and their outputs there do not depend on it.
         x_p = self.dropout(self.embedding(premise))  # x'_τ: (batch, len_p, d_emb)
         x_h = self.embedding(hypothesis)  # x_t: (batch, len_h, d_emb)
+        words = Words.of(hypothesis_mask)  # the N real hypothesis words, in the control's order
         h_p = self.encode(x_p, premise_mask)  # Eq. 3-6, h'_τ: (batch, len_p, d)
-        W_p, W_h = self.transform(h_p, x_h, hypothesis_mask)  # Eq. 7
+        W_p, W_h = self.transform(h_p, x_h, words)  # Eq. 7, transposed: premise steps, words
         h, norms, change = self.interact_and_control(
-            W_p, premise_mask, W_h, x_h, hypothesis_mask, return_details
-        )  # Eq. 8-19, h_t: (batch, len_h, d)
-        result = {"logits": self.classify(h, hypothesis_mask)}  # Eq. 20-22
+            W_p, premise_mask, W_h, x_h, words, return_details
+        )  # Eq. 8-19, h_t of each word: (N, d)
+        result = {"logits": self.classify(h, words)}  # Eq. 20-22
         if return_details:
             real = premise_mask[:, None, :] & hypothesis_mask[:, :, None]  # (batch, len_h, len_p)
             # Analysis maps, detached: (batch, len_h, len_p) and (batch, 3, len_h) in [0, 1].
@@ -800,29 +824,28 @@ class DIN(Network):
             return self.encoder(x_p, premise_mask)[0]
         return gru_outputs(self.encoder, x_p)
 
-    def transform(self, h_p: torch.Tensor, x_h: torch.Tensor, hypothesis_mask: torch.Tensor
+    def transform(self, h_p: torch.Tensor, x_h: torch.Tensor, words: Words
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. 7: h'_τ (batch, len_p, d), x_t (batch, len_h, d_emb) -> W̃'_τ (batch, len_p, m, m),
-        W̃_t (batch, len_h, m, m); the encoder's output gets dropout (§3.1.3).
+        """Eq. 7, transposed: h'_τ (batch, len_p, d), x_t (batch, len_h, d_emb) -> W̃'_τ^T
+        time-major (len_p, batch, m, m) and W̃_t^T of each real hypothesis word (N, m, m), in
+        ``words``' order; the encoder's output gets dropout (§3.1.3).
 
-        W̃_t is computed for the hypothesis's real words only (about half its positions are
-        padding: batches are bucketed by premise length first) and is zero at padded positions,
-        which no later layer reads.
+        W̃_t is computed for the real words only (about half the hypothesis positions are
+        padding: batches are bucketed by premise length first). The encoder's training pass
+        returns h'_τ as a batch-major view of time-major memory, so ``h_p.transpose(0, 1)`` is
+        contiguous.
         """
-        W_p = self.transform_p(self.dropout(h_p))
-        W_h = scatter_rows(self.transform_h(x_h[hypothesis_mask]), hypothesis_mask)
+        W_p = self.transform_p(self.dropout(h_p.transpose(0, 1)), transposed=True)
+        W_h = self.transform_h(words.gather(x_h), transposed=True)
         return W_p, W_h
 
-    def classify(self, h: torch.Tensor, hypothesis_mask: torch.Tensor) -> torch.Tensor:
-        """Eq. 20-22: h_t (batch, len_h, d) -> logits (batch, num_classes), softmax in the loss.
-
-        The mean runs over the real positions only, and dropout (§3.1.3, the control layer's
-        output) is drawn for those only.
-        """
-        pair = hypothesis_mask.nonzero(as_tuple=True)[0]  # each real position's pair
-        h_sum = h.new_zeros(h.shape[0], h.shape[2]).index_add_(
-            0, pair, self.dropout(h[hypothesis_mask]))
-        h_bar = h_sum / hypothesis_mask.sum(dim=1, keepdim=True).to(h.dtype)  # Eq. 20
+    def classify(self, h: torch.Tensor, words: Words) -> torch.Tensor:
+        """Eq. 20-22: h_t of each real hypothesis word (N, d) -> logits (batch, num_classes),
+        softmax in the loss. Dropout (§3.1.3, the control layer's output) is drawn for the
+        real words only."""
+        lengths = words.mask.sum(dim=1, keepdim=True).to(h.dtype)  # (batch, 1)
+        h_sum = h.new_zeros(len(lengths), h.shape[1]).index_add_(0, words.pair, self.dropout(h))
+        h_bar = h_sum / lengths  # Eq. 20, the mean over each hypothesis's words
         return self.output(self.fc_activation(self.fc(h_bar)))  # Eq. 21-22
 
     def heatmaps(self, details: Mapping[str, torch.Tensor], premise: Sequence[str],
@@ -846,24 +869,25 @@ class DIN(Network):
         premise_mask: torch.Tensor,
         W_h: torch.Tensor,
         x_h: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
+        words: Words,
         return_details: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """The interaction and control layers (Eq. 8-19), from the transformed matrices.
 
-        W_p (batch, len_p, m, m), W_h (batch, len_h, m, m), x_h (batch, len_h, d_emb) ->
-        h_t (batch, len_h, d) and, with ``return_details``, the raw ``‖W^t_τ‖`` (batch, len_h,
-        len_p) and gate changes (batch, 3, len_h).
+        W_p: W̃'_τ^T (len_p, batch, m, m); W_h: W̃_t^T of each word in ``words``' order (N, m,
+        m); x_h (batch, len_h, d_emb) -> h_t of each word (N, d) and, with ``return_details``,
+        the raw ``‖W^t_τ‖`` (batch, len_h, len_p) and gate changes (batch, 3, len_h).
         """
-        # Eq. 8, W_out = W^t_{ℓ_P}: (batch, len_h, m, m)
-        W_out, norms = self.interaction(W_p, premise_mask, W_h, hypothesis_mask, return_details)
+        # Eq. 8, (W^t_{ℓ_P})^T of each word: (N, m, m)
+        W_out, norms = self.interaction(W_p, premise_mask, W_h, words.pair, return_details)
         if self.variant == "din1":
-            h, change = self.control(W_out, W_h, hypothesis_mask, return_details)  # Eq. 9-16
+            h, change = self.control(W_out, W_h, words, return_details)  # Eq. 9-16
         else:
             uses_word = (self.din2_input if self.variant == "din2" else self.static_input) == "word"
-            x = x_h if uses_word else W_h.flatten(2)  # (batch, len_h, d_emb or d)
-            h, change = self.control(W_out, x, hypothesis_mask, return_details)  # Eq. 17-19 / 18
-        return h, norms, change
+            # x_t, or VECTORIZE(W̃_t): (N, d_emb or d)
+            x = words.gather(x_h) if uses_word else W_h.transpose(-1, -2).flatten(1)
+            h, change = self.control(W_out, x, words, return_details)  # Eq. 17-19 / 18
+        return h, None if norms is None else words.scatter(norms), change
 
     def paper_parameter_count(self) -> int:
         """Trainable parameters (no embeddings) counted as the paper appears to count them.
