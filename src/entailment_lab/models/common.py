@@ -258,8 +258,8 @@ class _GRUSequence(torch.autograd.Function):
     gates' gradients are written into one buffer per product and the weights' gradients are
     one matrix product over all steps after the loop. In float32 with one thread each step's
     gate arithmetic is one C pass (``gru_steps.py``), forward and backward. Outputs equal
-    ``nn.GRU``'s to float rounding; ``tests/test_din_model.py`` compares them (float64 and
-    float32, with and without the kernel) and gradchecks the backward.
+    ``nn.GRU``'s to float rounding: ``tests/test_din_model.py`` compares them (float64 and
+    float32) and gradchecks the backward, ``tests/test_c_kernels.py`` compares the kernel's.
     """
 
     @staticmethod

@@ -215,7 +215,7 @@ class _InteractionLoop(torch.autograd.Function):
     operation and step. ``tests/test_din_model.py`` gradchecks it (both initial states) and
     compares the model's gradients with the padded implementation's (float64). On CPU in
     float32 with one thread the products, forward and backward, run in a C kernel
-    (``models/small_products.py``; ``tests/test_small_products.py`` compares the two paths).
+    (``models/small_products.py``; ``tests/test_c_kernels.py`` compares the two paths).
     """
 
     @staticmethod

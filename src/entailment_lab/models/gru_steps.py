@@ -8,7 +8,7 @@ where it cannot be built or run (no compiler, no AVX-512F, ``ENTAILMENT_LAB_C_KE
 than one torch thread, another dtype or device), ``available()`` is False and
 ``_GRUSequence`` uses torch's operations. The kernel's exponential is its own (within about
 one float32 ulp of torch's), so outputs equal the torch path's to float32 rounding:
-``tests/test_din_model.py``.
+``tests/test_c_kernels.py``.
 """
 
 from __future__ import annotations

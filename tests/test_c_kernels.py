@@ -1,13 +1,18 @@
-"""models/small_products.py: the C kernel of DIN's small products against torch, DIN's float32
-training with and without it, and the fallbacks (no compiler, disabled, other threads/dtypes)."""
+"""DIN's C kernels (models/c_kernels.py) against torch: the interaction's small products
+(``small_products``) and the encoder GRU's gate arithmetic (``gru_steps``), DIN's float32
+training with and without them, their fallbacks (no compiler, disabled, other threads and
+dtypes) and their refusal of bad operands."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 import torch
 from torch import nn
 
-from entailment_lab.models import c_kernels, small_products
+from entailment_lab.models import c_kernels, gru_steps, small_products
+from entailment_lab.models.common import gru_outputs
 from entailment_lab.models.din import DIN
 
 
@@ -19,10 +24,12 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def kernel_or_skip() -> None:
+def kernel_or_skip(library: Callable[[], object] = small_products._library) -> None:
     c_kernels.library.cache_clear()
-    if small_products._library() is None:
-        pytest.skip("no C compiler or no AVX-512F here: the kernel is not built (torch.bmm runs)")
+    if library() is None:
+        pytest.skip("no C compiler or no AVX-512F here: the kernel is not built (torch runs)")
+
+# --- small_products: the interaction's m×m products
 
 
 @pytest.mark.parametrize("m", small_products.SIZES)
@@ -120,3 +127,67 @@ def test_bad_operands_are_refused_with_a_message():
         small_products.scattered_t_product_add_(B.clone(), A, C, idx.int())
     with pytest.raises(ValueError, match=r"one entry per row \(4\), got torch.int64 of length 3"):
         small_products.bias_product_gathered_(C, B[0], A, B[1], A, B, idx[:3])
+
+# --- gru_steps: the encoder GRU's gate arithmetic
+
+
+@pytest.mark.parametrize("hidden", [7, 16, 40])  # a partial 16-lane block, a whole one, both
+def test_gru_kernel_trains_as_torch_does(monkeypatch, hidden):
+    """Outputs and the gradients of the input and every parameter, with the kernel and with
+    torch's operations (and ``nn.GRU``'s outputs), to float32 rounding; the kernel ran."""
+    kernel_or_skip(gru_steps._library)
+    torch.manual_seed(hidden)
+    gru = nn.GRU(5, hidden, batch_first=True)
+    x = torch.randn(3, 6, 5, requires_grad=True)
+    weights = torch.randn(3, 6, hidden)
+    used = []
+    for name in ("forward_step_", "backward_step_"):
+        function = getattr(gru_steps, name)
+        monkeypatch.setattr(gru_steps, name, lambda *a, name=name, function=function:
+                            used.append(name) or function(*a))
+
+    def run() -> list[torch.Tensor]:
+        x.grad = None
+        gru.zero_grad()
+        out = gru_outputs(gru, x)
+        (out * weights).sum().backward()
+        return [out.detach(), x.grad, *(p.grad for p in gru.parameters())]
+
+    ours = run()
+    assert set(used) == {"forward_step_", "backward_step_"}
+    used.clear()
+    with c_kernels.disabled():
+        theirs = run()
+    assert not used
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(ours[0], gru(x)[0].detach(), rtol=1e-5, atol=2e-6)
+
+
+def test_gru_kernel_is_left_out_where_it_does_not_apply():
+    """Two torch threads, float64, a strided operand or ``disabled()``: torch computes."""
+    kernel_or_skip(gru_steps._library)
+    x = torch.zeros(4, 12)
+    assert gru_steps.available(x)
+    assert not gru_steps.available(x.double())
+    assert not gru_steps.available(x.T)
+    with c_kernels.disabled():
+        assert not gru_steps.available(x)
+    torch.set_num_threads(2)
+    assert not gru_steps.available(x)
+
+
+def test_gru_kernel_refuses_bad_operands_with_a_message():
+    """The kernel reads raw memory: a strided, float64 or wrongly shaped operand is an error
+    that names it, never a silent wrong answer."""
+    kernel_or_skip(gru_steps._library)
+    rows, d = 4, 5
+    gh, gi = torch.randn(rows, 3 * d), torch.randn(rows, 3 * d)
+    rz, n, gh_n, h_next = (torch.empty(rows, k * d) for k in (2, 1, 1, 1))
+    with pytest.raises(ValueError, match="contiguous float32 CPU tensor"):
+        gru_steps.forward_step_(gh, gi.double(), None, rz, n, gh_n, h_next)
+    with pytest.raises(ValueError, match=r"gi must be \(4, 15\), got \(4, 10\)"):
+        gru_steps.forward_step_(gh, gi[:, : 2 * d].contiguous(), None, rz, n, gh_n, h_next)
+    g = torch.randn(rows, d)
+    with pytest.raises(ValueError, match=r"d_gh must be \(4, 15\), got \(3, 15\)"):
+        gru_steps.backward_step_(g, rz, n, gh_n, None, gh[:3], n.clone(), None)
