@@ -84,7 +84,7 @@ def test_din_trains_the_same_with_and_without_the_kernel(monkeypatch, dim):
     logits, grads = run()
     assert set(used) == {"bias_product_gathered_", "gathered_product_t_add_",
                          "scattered_t_product_add_", "fixed_product_"}, set(used)
-    with small_products.disabled():
+    with c_kernels.disabled():
         reference, reference_grads = run()
     torch.testing.assert_close(logits, reference, rtol=0, atol=2e-6)
     for grad, expected in zip(grads, reference_grads, strict=True):
@@ -95,7 +95,7 @@ def test_the_kernel_is_left_out_where_it_does_not_apply(monkeypatch):
     """Other dtypes, sizes and thread counts use torch; so do a disabled kernel and a machine
     without a C compiler (one log line says which)."""
     matrices = torch.zeros(2, 20, 20)
-    with small_products.disabled():
+    with c_kernels.disabled():
         assert not small_products.available(matrices)
     assert not small_products.available(matrices.double())
     assert not small_products.available(torch.zeros(2, 12, 12))

@@ -10,8 +10,8 @@ gathered copy is made.
 The kernel is compiled on first use (``c_kernels``: the system's ``cc -O3 -march=native``,
 a per-machine cache). Where it cannot be built or run (no compiler, no AVX-512F,
 ``ENTAILMENT_LAB_C_KERNELS=0``, more than one torch thread, another dtype or device),
-``available()`` is False and the callers use ``torch.bmm``. The products differ from ``bmm``'s by
-float32 rounding only (the order of the sums): ``tests/test_c_kernels.py``.
+``available()`` is False and the callers use ``torch.bmm``. The products differ from
+``bmm``'s by float32 rounding only (the order of the sums): ``tests/test_c_kernels.py``.
 """
 
 from __future__ import annotations
