@@ -21,10 +21,8 @@ import ctypes
 import torch
 
 from entailment_lab.models import c_kernels
-from entailment_lab.models.c_kernels import disabled, pointer
+from entailment_lab.models.c_kernels import pointer
 
-__all__ = ["SIZES", "available", "bias_product_gathered_", "disabled", "fixed_product_",
-           "gathered_product_t_add_", "scattered_t_product_add_"]
 SOURCE = "small_products.c"
 SIZES = (16, 18, 20)  # the m the kernel is specialised for
 _SIZE, _P = ctypes.c_int64, ctypes.c_void_p
