@@ -76,10 +76,14 @@ class _Mapping(dict):
 class _LineLoader(yaml.SafeLoader):
     """A safe YAML loader whose mappings know their line, for one-line errors."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Mapping:
-        mapping = _Mapping(super().construct_mapping(node, deep=deep))
-        mapping.line = node.start_mark.line + 1
-        return mapping
+
+def _mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
+    mapping = _Mapping(loader.construct_mapping(node, deep=True))
+    mapping.line = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def load_declarations(path: str | Path = PROTOCOLS_FILE) -> Declarations:
