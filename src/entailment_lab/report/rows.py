@@ -77,7 +77,9 @@ class Stat:
 
 def stat(values: Iterable[float | None]) -> Stat:
     """The one aggregation: mean and sample standard deviation of the values given (``None``:
-    a run that did not record it, skipped)."""
+    a run that did not record it, skipped). ``statistics`` rather than pandas: a handful of
+    values a row, and exact sums, so a figure never moves in its last printed digit with the
+    order its runs were read in."""
     found = [v for v in values if v is not None]
     if not found:
         return Stat()
