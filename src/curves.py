@@ -1,8 +1,10 @@
 """Validation curves and the learning curve of finished runs: ``python src/curves.py PATH...``.
 
-Reads every ``results.json`` below the PATHs and writes ``validation_curves.png`` (validation
-accuracy per epoch of each run: the evidence for an epoch budget) and, for runs that differ in
-``data.train_size``, ``learning_curve.png`` + ``learning_curve.md`` into ``--out``.
+Reads every ``results.json`` below the PATHs, groups the runs into the report's rows, and
+writes ``validation_curves.png`` (validation accuracy per epoch of each run, a panel a row: the
+evidence for an epoch budget) and, with ``--learning-curve``, for settings run on smaller
+training sets (``data.train_size``), ``learning_curve.png`` + ``learning_curve.md`` into
+``--out``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import sys
 from pathlib import Path
 
 from entailment_lab.curves import (
-    load_runs,
+    learning_curve_table,
+    load_rows,
     plot_learning_curve,
     plot_validation_curves,
     write_learning_curve_markdown,
@@ -28,20 +31,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-curve", action="store_true",
                         help="also draw test accuracy against data.train_size")
     args = parser.parse_args(argv)
-    try:
-        runs = load_runs(args.paths)
+    try:  # every check before the first file is written
+        rows = load_rows(args.paths)
+        if not rows:
+            raise UserError(f"no completed training run (results.json) under {args.paths}")
+        if args.learning_curve and learning_curve_table(rows).empty:
+            raise UserError("--learning-curve: no setting has completed runs on smaller "
+                            "training sets (data.train_size=N) below the PATHs")
+        out = Path(args.out)
+        written = [plot_validation_curves(rows, out)]
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    if runs.empty:
-        print(f"error: no completed training run (results.json) under {args.paths}",
-              file=sys.stderr)
-        return 1
-    out = Path(args.out)
-    written = [plot_validation_curves(runs, out)]
     if args.learning_curve:
-        written += [plot_learning_curve(runs, out), write_learning_curve_markdown(runs, out)]
-    print(f"{len(runs)} runs; written: {', '.join(map(str, written))}")
+        written += [plot_learning_curve(rows, out), write_learning_curve_markdown(rows, out)]
+    runs = sum(len(row.jobs) for row in rows)
+    print(f"{runs} runs in {len(rows)} rows; written: {', '.join(map(str, written))}")
     return 0
 
 

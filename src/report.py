@@ -45,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --leaderboard: change nothing; exit 1 if a document's tables "
                         "differ from what the records give")
     parser.add_argument("--wandb-workspace", metavar="ENTITY/PROJECT",
-                        help="instead: build the project's W&B dashboard (runs table grouped by "
-                        "Table 2 row, mean ± std per row, accuracy vs parameters with the "
-                        "paper's points, validation curves, heat maps) and save it to this W&B "
-                        "project as a new workspace (needs the network)")
+                        help="instead: build the project's W&B dashboard (every training run, "
+                        "grouped by the report's row; mean ± std per row, accuracy vs parameters "
+                        "with the paper's points, validation curves, heat maps) and save it to "
+                        "this W&B project as a new workspace (needs the network)")
     parser.add_argument("--dry-run", metavar="OUT.json",
                         help="with --wandb-workspace: write the workspace's spec to OUT.json "
                         "instead of saving it (no network)")

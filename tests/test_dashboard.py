@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf.message import DecodeError
 
 from entailment_lab.paper_tables import TABLE2
 from entailment_lab.pipeline import train
-from entailment_lab.report.dashboard import MNLI_COLUMNS
+from entailment_lab.report.dashboard import MNLI_COLUMNS, RUNS_KEY, RUNS_VALUES
+from entailment_lab.report.rows import ROW_CONFIG_KEYS
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 from tests.test_stops import wandb_records
 
@@ -115,28 +115,43 @@ def test_every_metric_key_of_the_spec_is_logged_by_a_real_run(spec, logged):
 def test_runs_are_grouped_by_row_through_logged_config_keys(spec, logged):
     runset = spec["runset_settings"]
     groupby = [g["name"] for g in runset["groupby"]]
-    assert groupby == ["model.name", "dim"]
-    assert _config_value(logged["config"], "model.name") == "din1"
-    assert _config_value(logged["config"], "dim") == 16
+    # the report's row (rows.RowKey) as config keys: data, model, dim, train size, premise
+    assert groupby == list(ROW_CONFIG_KEYS) == ["data.name", "model.name", "dim",
+                                                "data.train_size", "data.hypothesis_only"]
+    assert [_config_value(logged["config"], key) for key in groupby] == \
+        ["snli", "din1", 16, None, False]
     for key in groupby:  # the table shows the grouping keys as W&B names nested config keys
         top, _, rest = key.partition(".")
         assert f"config:{top}.value" + (f".{rest}" if rest else "") in runset["pinned_columns"]
-    # The runs filter is the tag every Table 2 experiment file gives its runs.
-    assert runset["filters"] == "Metric(\"Tags\") in ['table2']"
-    files = sorted((REPO / "conf/experiment/table2").glob("row*.yaml"))
-    assert len(files) == len(TABLE2)
-    for file in files:
-        tags = yaml.safe_load(file.read_text())["tags"]
-        assert "table2" in tags and file.stem in tags, file.name
+
+
+# What the README makes: a Table 2 row, a protocol run, and its plain sweep (no tags).
+README_RUNS = [["experiment=table2/row17"],
+               ["experiment=protocols/snli_dev2test", "data_root=../shared/data", "model=lstm"],
+               ["model=din1", "dim=256"]]
+
+
+@pytest.mark.parametrize("overrides", README_RUNS, ids=["table2", "protocol", "plain sweep"])
+def test_the_runs_filter_shows_every_run_the_readme_makes(spec, overrides, tmp_path):
+    """The filter keys on what every training run records in its config, not on tags (a plain
+    sweep has none, a protocol run has its own)."""
+    assert spec["runset_settings"]["filters"] == \
+        f"Config(\"{RUNS_KEY}.value\") in {list(RUNS_VALUES)}"
+    cfg = compose_cfg(overrides, tmp_path)
+    assert cfg[RUNS_KEY] in RUNS_VALUES, (overrides, cfg.get("tags"))
+
+
+def test_the_runs_filter_key_is_logged_by_a_real_run(logged):
+    assert _config_value(logged["config"], RUNS_KEY) in RUNS_VALUES
 
 
 def test_mean_and_std_per_row_and_the_papers_points(spec):
     for plot in [*_panels(spec, "BarPlot"), *_panels(spec, "LinePlot")]:
         assert (plot["groupby_aggfunc"], plot["groupby_rangefunc"]) == ("mean", "stddev")
         assert "groupby" not in plot  # the runset's grouping (row), not a panel's own
-    [scatter] = _panels(spec, "ScatterPlot")
-    assert (scatter["x"]["name"], scatter["y"]["name"], scatter["log_x"]) == \
-        ("params/paper_convention", "test/acc", True)
+    # every model against its trainable parameters; the paper's convention where it has one
+    assert [(s["x"]["name"], s["y"]["name"], s["log_x"]) for s in _panels(spec, "ScatterPlot")] \
+        == [("params/trainable", "test/acc", True), ("params/paper_convention", "test/acc", True)]
     [paper] = _panels(spec, "MarkdownPanel")
     rows = [line for line in paper["markdown"].splitlines() if line.startswith("| ")][2:]
     assert len(rows) == len(TABLE2)

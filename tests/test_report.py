@@ -274,14 +274,17 @@ def test_wandb_runs_become_jobs():
     run = SimpleNamespace(
         id="abc", url="https://wandb.ai/e/p/runs/abc", state="finished", tags=["table2", "row17"],
         config={"model": {"name": "din1"}, "dim": 400, "seed": 2, "data": {"name": "snli"}},
-        summary={"test/acc": 0.875, "train/acc_at_best": 0.9, "params/trainable": 1_289_203})
+        summary_metrics={"test/acc": 0.875, "train/acc_at_best": 0.9,
+                         "params/trainable": 1_289_203})
     crashed = SimpleNamespace(id="def", url=None, state="crashed", tags=[],
                               config={"model.name": "din2", "dim": 256, "data.name": "snli"},
-                              summary={})
-    raw = SimpleNamespace(id="ghi", url=None, state="running", tags=[], summary={},
+                              summary_metrics={})
+    raw = SimpleNamespace(id="ghi", url=None, state="running", tags=[], summary_metrics={},
                           config={"model": {"value": {"name": "lstm"}}, "dim": {"value": 128},
-                                  "data": {"value": {"name": "snli"}}})
+                                  "data": {"value": {"name": "snli", "hypothesis_only": True}}})
     done, failed, running = jobs_from_wandb_runs([run, crashed, raw], "e/p")
+    # the premise hidden (data.hypothesis_only in the run's config): a row of its own
+    assert running.diagnostics.hypothesis_only and not done.diagnostics.hypothesis_only
     assert (running.status, running.model, running.dim, running.row.row) == ("running", "lstm",
                                                                              128, 1)
     assert (done.status, done.model, done.dim, done.row.row) == ("completed", "din1", 400, 17)
@@ -294,7 +297,7 @@ def test_wandb_runs_become_jobs():
 def test_wandb_runs_with_a_truncated_budget_are_reduced():
     trainer = {"limit_train_batches": 4, "limit_val_batches": 1.0, "max_steps": -1,
                "fast_dev_run": False, "overfit_batches": 0.0, "max_time": None}
-    run = SimpleNamespace(id="t", url=None, state="finished", tags=[], summary={},
+    run = SimpleNamespace(id="t", url=None, state="finished", tags=[], summary_metrics={},
                           config={"model": {"name": "din1"}, "dim": 400, "data": {"name": "snli"},
                                   "trainer": trainer})
     (job,) = jobs_from_wandb_runs([run], "e/p")
@@ -309,7 +312,7 @@ def test_wandb_runs_with_a_truncated_budget_are_reduced():
 ])
 def test_wandb_runs_tell_a_binding_time_cap_from_one_that_did_not_bind(summary, reduced):
     trainer = {"max_epochs": 30, "max_steps": -1, "max_time": "00:02:00:00"}
-    run = SimpleNamespace(id="t", url=None, state="finished", tags=[], summary=summary,
+    run = SimpleNamespace(id="t", url=None, state="finished", tags=[], summary_metrics=summary,
                           config={"model": {"name": "din1"}, "dim": 400, "data": {"name": "snli"},
                                   "trainer": trainer})
     (job,) = jobs_from_wandb_runs([run], "e/p")
@@ -458,7 +461,7 @@ def test_wandb_runs_already_read_from_folders_count_once(monkeypatch, tmp_path):
     (tmp_path / "0" / "results.json").write_text(json.dumps({**results, "wandb_run_id": "r0"}))
 
     def run(run_id, seed):
-        return SimpleNamespace(id=run_id, url=None, state="finished", tags=[], summary={
+        return SimpleNamespace(id=run_id, url=None, state="finished", tags=[], summary_metrics={
             "test/acc": 0.86}, config={"model": {"name": "din1"}, "dim": 400, "seed": seed,
                                        "data": {"name": "snli"}})
 

@@ -8,36 +8,22 @@ per-class accuracy (the recall of each gold class) is read from the matrix, so e
 per-class figures. Further evaluated sets also leave ``metrics["<set>/acc"]``. A run that read
 the hypothesis alone (``data.hypothesis_only=true``) says so by ``"hypothesis_only": true``.
 
-``of(job)`` reads this once per job; ``breakdown_stats`` gives a table's columns (mean ± std over
-each row's runs), shared by the per-sweep report and the published results tables.
+``from_record`` reads them when a job is read (``collect``, ``wandb_runs``); ``breakdown_stats``
+gives a table's columns (mean ± std over each row's runs, ``rows.stat``), shared by the
+per-sweep report and the published results tables.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from entailment_lab.report.aggregate import Stat, seed_other
-from entailment_lab.report.job import Job, percent
-from entailment_lab.results import RESULTS_FILE, read_results
+from entailment_lab.report.job import Diagnostics, Job, percent
+from entailment_lab.report.rows import HYPOTHESIS_ONLY, Stat, stat
 
 MAIN_SET = "test"
 # Metric prefixes that are not further evaluated sets (``train/acc``, ``val/acc``, ``test/acc``).
 _SPLITS = frozenset({"train", "val", "validation", MAIN_SET})
-HYPOTHESIS_ONLY = "data.hypothesis_only"
-
-
-@dataclass(frozen=True)
-class Diagnostics:
-    """What one run recorded beyond its test accuracy; accuracies in %."""
-
-    hypothesis_only: bool = False
-    # evaluated set -> breakdown (``per_class``, ``overlap``, ``genre``) -> group -> % (None:
-    # an empty group)
-    sets: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
-    further: dict[str, float] = field(default_factory=dict)  # further set -> accuracy %
 
 
 def per_class_from_confusion(confusion: Sequence[Sequence[float]], labels: Sequence[str]
@@ -80,28 +66,12 @@ def from_record(record: Mapping[str, Any]) -> Diagnostics:
                        further_sets(record.get("metrics") or {}))
 
 
-def of(job: Job) -> Diagnostics:
-    """``job``'s diagnostics: read from its folder's ``results.json`` the first time (a W&B run
-    or a folder without the file: only what its overrides say), then kept on the job."""
-    if job.diagnostics is None:
-        record = read_results(Path(job.folder) / RESULTS_FILE)
-        if not isinstance(record, dict) or "schema" not in record:  # no file: the overrides
-            record = {"overrides": job.overrides}
-        job.diagnostics = from_record(record)
-    return job.diagnostics
-
-
-def is_hypothesis_only(job: Job) -> bool:
-    """Whether ``job`` read the hypothesis alone (its premise replaced by a constant)."""
-    return of(job).hypothesis_only
-
-
 def evaluated_sets(groups: Sequence[Sequence[Job]]) -> list[str]:
     """Every set evaluated beyond ``test`` by a job of ``groups``, in the order first seen."""
     names: dict[str, None] = {}
     for jobs in groups:
         for job in jobs:
-            diagnostics = of(job)
+            diagnostics = job.diagnostics
             names.update(dict.fromkeys(n for n in diagnostics.sets if n != MAIN_SET))
             names.update(dict.fromkeys(diagnostics.further))
     return list(names)
@@ -119,27 +89,27 @@ def breakdown_stats(groups: Sequence[Sequence[Job]], split: str = MAIN_SET,
     columns: dict[tuple[str, str], None] = {}
     for jobs in groups:
         for job in jobs:
-            for kind, values in of(job).sets.get(split, {}).items():
+            for kind, values in job.diagnostics.sets.get(split, {}).items():
                 columns.update(dict.fromkeys((kind, group) for group in values))
     order = sorted(columns, key=lambda c: c[0] != "per_class")  # stable: classes first
     out = {(group if kind == "per_class" else f"{kind} {group}"):
-           [seed_other([of(j).sets.get(split, {}).get(kind, {}).get(group) for j in jobs])
+           [stat(j.diagnostics.sets.get(split, {}).get(kind, {}).get(group) for j in jobs)
             for jobs in groups]
            for kind, group in order}
     if further:
         for name in evaluated_sets(groups):
-            values = [[of(j).further.get(name) for j in jobs] for jobs in groups]
+            values = [[j.diagnostics.further.get(name) for j in jobs] for jobs in groups]
             if any(v is not None for vs in values for v in vs):
-                out[f"{name} acc"] = [seed_other(vs) for vs in values]
+                out[f"{name} acc"] = [stat(vs) for vs in values]
     return out
 
 
-def spread(stat: Stat, runs: int, spec: str = ".1f") -> str:
+def spread(found: Stat, runs: int, spec: str = ".1f") -> str:
     """A compact cell: ``mean ± std``, ``value`` for one run, ``(n)`` appended where fewer
     runs than the row's ``runs`` recorded it, ``–`` where none did."""
-    if not stat.n:
+    if not found.n:
         return "–"
-    text = format(stat.mean, spec)
-    if stat.std is not None:
-        text += f" ± {format(stat.std, spec)}"
-    return text + (f" ({stat.n})" if stat.n != runs else "")
+    text = format(found.mean, spec)
+    if found.std is not None:
+        text += f" ± {format(found.std, spec)}"
+    return text + (f" ({found.n})" if found.n != runs else "")

@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from entailment_lab.errors import UserError
+from entailment_lab.report.breakdowns import from_record
 from entailment_lab.report.job import (
     INTERRUPTED,
     MISSING,
@@ -94,6 +95,7 @@ def load_job(folder: Path) -> Job:
     if status == "missing":
         job = _job_from_hydra(folder)
         job.error = _last_log_line(folder) or "folder is empty (crashed before writing)"
+        job.diagnostics = from_record({"overrides": job.overrides})
         return job
     metrics = data.get("metrics") or {}
     params = data.get("params") or {}
@@ -117,7 +119,12 @@ def load_job(folder: Path) -> Job:
                     if k.startswith("test/") and k not in ("test/acc", "test/loss")
                     and isinstance(v, int | float)},
         wandb_id=data.get("wandb_run_id"), commit=code.get("commit"), dirty=code.get("dirty"),
+        numeric_path=data.get("numeric_path"),
+        train_pairs=(data.get("data_stats") or {}).get("train/size"),
+        history=list(data.get("history") or []),
     )
+    # A record without its schema (unreadable): only what its overrides say.
+    job.diagnostics = from_record(data if "schema" in data else {"overrides": job.overrides})
     if status == RUNNING and not process_alive(data.get("pid"), data.get("started")):
         job.status = STALE
     if status == INTERRUPTED and data.get("resumed_by"):

@@ -1,18 +1,24 @@
 """The project's W&B dashboard as code: ``python src/report.py --wandb-workspace ENTITY/PROJECT``.
 
 Builds one W&B workspace with ``wandb-workspaces`` and saves it to the project; ``--dry-run
-OUT.json`` writes its spec instead (no network). What it shows, from the keys a run logs
-(``callbacks.ResultsRecorder``, ``explain.HeatmapLogger``; ``tests/test_dashboard.py`` checks
-every key against a real offline run):
+OUT.json`` writes its spec instead (no network). It is a view over the report's rows
+(``rows``): W&B groups the runs by the config keys of a row (``rows.ROW_CONFIG_KEYS``: data
+set, model, dim, training-set size, hypothesis-only; rows 10 and 12 of Table 2 are one
+setting). What it shows, from the keys a run logs (``callbacks.ResultsRecorder``,
+``explain.HeatmapLogger``; ``tests/test_dashboard.py`` checks every key against a real offline
+run):
 
-- the runs table: runs tagged ``table2``, grouped by row (config ``model.name``, then ``dim``:
-  one Table 2 row is one model at one size; rows 10 and 12 are one setting), with the summary
+- the runs table: every training run (config ``task_name`` = ``train``, which every run of
+  ``src/train.py`` records, whatever its tags: a Table 2 row, a protocol run, a plain sweep such
+  as the README's ``-m model=din1,din2 dim=256,324,400``), grouped by row, with the summary
   columns below; a MultiNLI run (``data=mnli``) fills the columns of its two dev sets
   (``test_matched/acc``, ``test_mismatched/acc``), which stay empty for the others;
-- "Table 2: mean ± std per row": one bar chart a metric, mean ± std over a row's runs (seeds);
-- "Accuracy vs parameters": test accuracy against the parameter count in the paper's
-  convention (log scale), and the paper's points beside it as a Markdown table (a workspace
-  panel plots runs only, so the published points cannot be drawn in the same chart);
+- "Mean ± std per row": one bar chart a metric, mean ± std over a row's runs (seeds);
+- "Accuracy vs parameters": test accuracy against the trainable parameters of every model
+  (``params/trainable``, log scale), against the count in the paper's convention for the models
+  that define one (``params/paper_convention``), and the paper's points beside them as a
+  Markdown table (a workspace panel plots runs only, so the published points cannot be drawn
+  in the same chart);
 - "Validation curves": ``val/acc`` by epoch, mean ± std per row;
 - "Heat maps": the media panel of ``test/heatmaps``.
 """
@@ -26,17 +32,23 @@ from typing import Any
 
 from entailment_lab.errors import UserError
 from entailment_lab.paper_tables import TABLE2
+from entailment_lab.report.rows import ROW_CONFIG_KEYS
 from entailment_lab.report.wandb_runs import check_wandb_reachable
 
-NAME = "Table 2 (entailment-lab)"
-TAG = "table2"  # every Table 2 experiment file tags its runs so (conf/experiment/table2/)
-ROW_KEYS = ("model.name", "dim")  # config keys that name a row: the runs table's grouping
+NAME = "Runs by row (entailment-lab)"
+# The runs shown: what every run of src/train.py records in its config (conf/train.yaml), so
+# that no tag decides (a plain sweep has none, a protocol run has its own).
+RUNS_KEY, RUNS_VALUES = "task_name", ("train",)
 # Summary columns of the runs table, and the metrics shown as mean ± std per row.
 MNLI_COLUMNS = ("test_matched/acc", "test_mismatched/acc")  # data=mnli runs only (conf/data/)
 COLUMNS = ("test/acc", *MNLI_COLUMNS, "val/acc_best", "train/acc_eval", "params/trainable",
            "params/paper_convention", "epochs", "stopped_by")
 MEAN_STD = ("test/acc", "val/acc_best", "params/trainable", "params/paper_convention")
-ACCURACY, PARAMS = "test/acc", "params/paper_convention"  # the scatter's y and x
+# The scatters' y and x: every model has a trainable count; the models whose paper counts
+# otherwise (``Network.paper_parameter_count``) also one in their paper's convention, the one
+# of the paper's points beside them.
+ACCURACY = "test/acc"
+PARAMS = {"params/trainable": "every model", "params/paper_convention": "the paper's convention"}
 CURVE_X, CURVE_Y = "epoch", "val/acc"  # history keys of the validation curves
 HEATMAPS = "test/heatmaps"  # explain.HeatmapLogger's image key
 MAX_RUNS = 100  # runs (or groups) a panel draws; W&B's default, 10, hides most of Table 2
@@ -66,13 +78,13 @@ def build_workspace(entity: str, project: str) -> Any:
 
     grouped = {"groupby_aggfunc": "mean", "groupby_rangefunc": "stddev"}  # over a row's runs
     sections = [
-        ws.Section(name="Table 2: mean ± std per row", is_open=True, panels=[
+        ws.Section(name="Mean ± std per row", is_open=True, panels=[
             wr.BarPlot(title=f"{key}: mean ± std per row", metrics=[key], **grouped)
             for key in MEAN_STD]),
         ws.Section(name="Accuracy vs parameters", is_open=True, panels=[
-            wr.ScatterPlot(title=f"{ACCURACY} vs {PARAMS} (our runs)",
-                           x=wr.SummaryMetric(PARAMS), y=wr.SummaryMetric(ACCURACY),
-                           log_x=True),
+            *(wr.ScatterPlot(title=f"{ACCURACY} vs {params} (our runs: {which})",
+                             x=wr.SummaryMetric(params), y=wr.SummaryMetric(ACCURACY),
+                             log_x=True) for params, which in PARAMS.items()),
             wr.MarkdownPanel(markdown=paper_points_markdown())]),
         ws.Section(name="Validation curves", is_open=True, panels=[
             wr.LinePlot(title=f"{CURVE_Y} by {CURVE_X}: mean ± std per row", x=CURVE_X,
@@ -82,9 +94,9 @@ def build_workspace(entity: str, project: str) -> Any:
                             media_keys=[HEATMAPS])]),
     ]
     runset = ws.RunsetSettings(
-        filters=[expr.Tags().isin([TAG])],
-        groupby=[expr.Config(key) for key in ROW_KEYS],
-        pinned_columns=[*(_config_column(key) for key in ROW_KEYS),
+        filters=[expr.Config(_stored(RUNS_KEY)).isin(list(RUNS_VALUES))],
+        groupby=[expr.Config(key) for key in ROW_CONFIG_KEYS],
+        pinned_columns=[*(f"config:{_stored(key)}" for key in ROW_CONFIG_KEYS),
                         *(f"summary:{key}" for key in COLUMNS)])
     return ws.Workspace(entity=entity, project=project, name=NAME, sections=sections,
                         settings=ws.WorkspaceSettings(max_runs=MAX_RUNS),
@@ -140,11 +152,12 @@ def _check_reachable(timeout: float = 3.0) -> None:
                           instead="write the spec only: --dry-run dashboard.json")
 
 
-def _config_column(key: str) -> str:
-    """A runs-table column of a (nested) config key: ``model.name`` -> ``config:model.value.name``
-    (W&B stores each top-level config value under ``value``)."""
+def _stored(key: str) -> str:
+    """A (nested) config key as W&B stores it, for a column or a filter: ``model.name`` ->
+    ``model.value.name``, ``task_name`` -> ``task_name.value`` (each top-level config value
+    sits under ``value``; the groupby keys are converted so by the library itself)."""
     top, _, rest = key.partition(".")
-    return f"config:{top}.value" + (f".{rest}" if rest else "")
+    return f"{top}.value" + (f".{rest}" if rest else "")
 
 
 def _public(data: Any) -> Any:

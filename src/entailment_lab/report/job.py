@@ -1,22 +1,32 @@
 """A training job as the report sees it, whatever it was read from.
 
 ``collect`` fills ``Job`` from a job folder (``results.json``, else ``.hydra/``), ``wandb_runs``
-from a W&B run; the statuses below are the words the tables count.
+from a W&B run; the statuses below are the words the tables count. The record types live here,
+on the ground floor of ``report/``: every other module of the report reads them, none of them
+names a type above it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from entailment_lab.paper_tables import PaperRow
-
-if TYPE_CHECKING:
-    from entailment_lab.report.breakdowns import Diagnostics
 
 COMPLETED, RUNNING, STALE, FAILED, MISSING = (
     "completed", "running", "stale (process gone)", "failed", "no results.json")
 INTERRUPTED = "interrupted"  # stopped by a signal; results.json says how to resume it
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """What one run recorded beyond its test accuracy (``breakdowns.from_record``); in %."""
+
+    hypothesis_only: bool = False
+    # evaluated set -> breakdown (``per_class``, ``overlap``, ``genre``) -> group -> % (None:
+    # an empty group)
+    sets: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
+    further: dict[str, float] = field(default_factory=dict)  # further set -> accuracy %
 
 
 @dataclass
@@ -52,11 +62,16 @@ class Job:
     wandb_id: str | None = None  # the W&B run, so a run read twice (folder + API) counts once
     commit: str | None = None  # the git commit of the code it ran (results.json "code")
     dirty: bool | None = None  # whether its code (src, conf) differed from that commit
+    # The numeric path the run took (results.json "numeric_path": torch version, threads, the
+    # kernels that ran, CPU and its vector extensions, determinism); None: not recorded.
+    numeric_path: dict[str, Any] | None = None
+    train_pairs: int | None = None  # the pairs it trained on (results.json data_stats)
+    history: list[dict[str, Any]] = field(default_factory=list)  # per epoch, from epoch 0
     row: PaperRow | None = None
     note: str | None = None  # why the job landed in a row other than the one it declares
-    # Per-class / overlap / genre accuracies, further test sets, hypothesis-only: read from
-    # results.json on first use (``breakdowns.of``); None until then.
-    diagnostics: Diagnostics | None = None
+    # Per-class / overlap / genre accuracies, further test sets, hypothesis-only: read with
+    # the record (``breakdowns.from_record``).
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
 
 def percent(value: Any) -> float | None:

@@ -2,8 +2,10 @@
 
 Every figure that README.md and docs/RESULTS.md publish comes from ``results.json`` copies under
 ``docs/results/<study>/runs/`` (``report.py --copy-results``). This module reads them all, groups
-them into rows (data set, model, dim, training-set size), and renders one Markdown table per
-protocol plus the README's headline table. The tables live in the documents between markers:
+them into rows (``rows``: data set, model, dim, training-set size, settings) and renders one
+Markdown table per protocol plus the README's headline table. Which protocols, in which order,
+and the headline's rows are data (``src/entailment_lab/protocols.yaml``), so a new protocol
+needs no code edit. The tables live in the documents between markers:
 
     <!-- results:NAME -->
     ...generated...
@@ -12,134 +14,123 @@ protocol plus the README's headline table. The tables live in the documents betw
 ``python src/report.py --leaderboard docs/results --write README.md docs/RESULTS.md`` (``make
 results``) rewrites them; ``--check`` fails when a committed table differs from what the records
 give, which CI runs (``tests/test_results_tables.py``). A row flags, by itself, what a reader must
-know: runs with fewer epochs than their budget (reduced), runs of different commits, runs from a
-checkout whose code differed from its commit (dirty), and fewer than three runs.
+know (``rows.flags``): runs with fewer epochs than their budget (reduced), runs of different
+commits or numeric paths, runs from a checkout whose code differed from its commit (dirty), and
+fewer than three runs.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from entailment_lab.errors import UserError
 from entailment_lab.report import breakdowns
-from entailment_lab.report.aggregate import Stat
 from entailment_lab.report.collect import collect_jobs, find_job_folders
 from entailment_lab.report.job import COMPLETED, Job
-from entailment_lab.report.match import reduced_budget
-
-#: Protocols in the order the results page shows them: data name -> heading.
-PROTOCOLS = {
-    "snli_dev2test": "SNLI dev→test (train on SNLI dev less a premise-grouped validation carve, "
-                     "8,840 / 1,002 pairs; test on SNLI test, 9,824 pairs)",
-    "sick": "SICK-E (official splits: 4,439 / 495 / 4,906 pairs)",
-    "sst5": "SST-5 (DCNN's table)",
-    "sst2": "SST-2 (DCNN's table)",
-    "trec": "TREC (DCNN's table)",
-}
-#: Protocols whose learning curves (runs with ``data.train_size``) the results page shows.
-LEARNING_CURVE_PROTOCOLS = ("snli_dev2test",)
-#: The README's headline: (label, model, dim) per row, one column per protocol.
-HEADLINE_ROWS = (
-    ("Lexical floor", "lexical", None), ("LSTM (row 1)", "lstm", 128),
-    ("DecAtt (row 8)", "decatt", None), ("DIN-1 20×20 (row 17)", "din1", 400),
-    ("DIN-2 20×20 (row 19)", "din2", 400), ("DIIN", "diin", None),
+from entailment_lab.report.rows import (
+    ACROSS,
+    TRAIN_SIZE,
+    Row,
+    Stat,
+    across,
+    count_range,
+    group_rows,
+    learning_curves,
 )
-HEADLINE_PROTOCOLS = ("snli_dev2test", "sick")
-# Overrides that say where a run was written or how it logged, not what it trained.
-_NOT_A_SETTING = re.compile(r"^(hydra\.|logger=|callbacks\.rich_progress_bar|"
-                            r"trainer\.enable_progress_bar|threads=|seed=)")
+
+#: What the tables show, declared as data beside the paper rows (``paper_tables.py``).
+PROTOCOLS_FILE = Path(__file__).resolve().parents[1] / "protocols.yaml"
 _MARKER = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results:"
                      r"(?P=name) -->)", flags=re.S)
 
 
-@dataclass
-class Row:
-    """The completed runs of one setting on one data set."""
+@dataclass(frozen=True)
+class Protocol:
+    """One protocol's tables: the ``data.name`` its runs record, and its heading."""
 
     data: str
-    model: str
-    dim: int | None
-    train_size: int | None
-    settings: tuple[str, ...] = ()  # the command line's overrides but the seed and logging
-    jobs: list[Job] = field(default_factory=list)
-    hypothesis_only: bool = False  # the premise replaced by a constant: a diagnostic baseline
-    early_stopping: str = "None"  # the patience the runs trained under (a protocol changed)
+    heading: str
+    learning_curve: bool = False  # also a table of its runs on smaller training sets
 
-    @property
-    def tests(self) -> list[float]:
-        return [j.test for j in self.jobs if j.test is not None]
 
-    def cell(self, values: Sequence[float]) -> str:
-        """``mean ± std (n)``; one run: ``value (1)``."""
-        if not values:
-            return "–"
-        if len(values) == 1:
-            return f"{values[0]:.1f} (1)"
-        return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} ({len(values)})"
+@dataclass(frozen=True)
+class Declarations:
+    """``protocols.yaml``: the protocols in page order, and the README's headline."""
 
-    @property
-    def flags(self) -> list[str]:
-        """What a reader must know about these runs, said by the generator, not by prose."""
-        out = []
-        reduced = sorted({r for j in self.jobs if (r := reduced_budget(j))})
-        if reduced:
-            out.append(f"reduced ({', '.join(reduced)})")
-        commits = {j.commit for j in self.jobs}
-        if len(commits) > 1:
-            out.append(f"{len(commits)} commits")
-        stopped = sum(j.stopped_by == "early_stopping" for j in self.jobs)
-        if stopped:
-            out.append(f"{stopped} ended by early stopping (an earlier protocol)")
-        dirty = sum(bool(j.dirty) for j in self.jobs)
-        if dirty:
-            out.append(f"{dirty} from a modified checkout")
-        if len(self.tests) < 3:
-            out.append(f"{len(self.tests)} run{'s' if len(self.tests) != 1 else ''}")
-        return out
+    protocols: tuple[Protocol, ...]
+    headline_protocols: tuple[str, ...]
+    headline_rows: tuple[tuple[str, str, int | None], ...]  # (label, model, dim)
 
-    @property
-    def epochs(self) -> str:
-        trained = sorted({j.epochs for j in self.jobs if j.epochs is not None})
-        budget = sorted({j.max_epochs for j in self.jobs if j.max_epochs is not None})
-        text = "–" if not trained else str(trained[0]) if len(trained) == 1 else \
-            f"{trained[0]}–{trained[-1]}"
-        return f"{text} of {'/'.join(map(str, budget))}" if budget else text
 
-    @property
-    def params(self) -> str:
-        counts = sorted({j.params for j in self.jobs if j.params is not None})
-        return "–" if not counts else f"{counts[0]:,}" + (f"–{counts[-1]:,}"
-                                                         if len(counts) > 1 else "")
+class _Mapping(dict):
+    line = 0  # where the mapping starts in its file (1-based)
 
-    @property
-    def commits(self) -> str:
-        return ", ".join(sorted({(j.commit or "not recorded")[:12] for j in self.jobs}))
 
-    def records(self, root: Path) -> str:
-        studies = sorted({_study(Path(j.folder), root) for j in self.jobs})
-        return ", ".join(f"`{s}`" for s in studies)
+class _LineLoader(yaml.SafeLoader):
+    """A safe YAML loader whose mappings know their line, for one-line errors."""
 
-    @property
-    def command(self) -> str:
-        """The runs' command line: their common settings, with their seeds as a sweep."""
-        settings = list(self.settings)
-        seeds = sorted({j.seed for j in self.jobs if j.seed is not None})
-        sweep = ["-m", f"seed={','.join(map(str, seeds))}"] if len(seeds) > 1 else \
-            [f"seed={seeds[0]}"] if seeds else []
-        return shlex.join(["python", "src/train.py", *sweep[:1], *settings, *sweep[1:]])
 
-    @property
-    def label(self) -> str:
-        size = f", {self.train_size:,} pairs" if self.train_size else ""
-        extra = [s for s in self.settings if not s.startswith(_ROW_KEYS)]
-        only = ", hypothesis only" if self.hypothesis_only else ""
-        return f"{self.model}" + (f" d={self.dim}" if self.dim else "") + size + only + \
-            "".join(f", `{s}`" for s in extra)
+def _mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
+    mapping = _Mapping(loader.construct_mapping(node, deep=True))
+    mapping.line = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def load_declarations(path: str | Path = PROTOCOLS_FILE) -> Declarations:
+    """Read ``protocols.yaml``; a wrong entry is one line naming the file, line and field."""
+    path = Path(path)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader)  # a SafeLoader
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"{path}: cannot read the protocols: "
+                        f"{' '.join(str(err).split())}") from err
+
+    def fail(where: Any, field: str, what: str) -> UserError:
+        line = f", line {where.line}" if isinstance(where, _Mapping) else ""
+        return UserError(f"{path}{line}: {field}: {what}")
+
+    def entries(node: Any, field: str, known: dict[str, type], required: set[str]
+                ) -> list[_Mapping]:
+        if not isinstance(node, list) or not all(isinstance(e, dict) for e in node):
+            raise fail(data, field, "expected a list of mappings")
+        for i, entry in enumerate(node):
+            missing = sorted(required - set(entry))
+            unknown = sorted(set(entry) - set(known))
+            wrong = [k for k, kind in known.items() if entry.get(k) is not None
+                     and not isinstance(entry[k], kind)]
+            if missing or unknown or wrong:
+                what = (f"missing {', '.join(missing)}" if missing else
+                        f"unknown key {unknown[0]} (known: {', '.join(known)})" if unknown else
+                        f"{wrong[0]} must be a {known[wrong[0]].__name__}")
+                raise fail(entry, f"{field}[{i}]", what)
+        return node
+
+    if not isinstance(data, dict) or not isinstance(data.get("headline"), dict):
+        raise fail(data, "top level", "expected the mappings protocols: and headline:")
+    protocols = tuple(Protocol(e["data"], e["heading"], bool(e.get("learning_curve")))
+                      for e in entries(data.get("protocols"), "protocols",
+                                       {"data": str, "heading": str, "learning_curve": bool},
+                                       {"data", "heading"}))
+    headline = data["headline"]
+    names = headline.get("protocols")
+    known = [p.data for p in protocols]
+    if not isinstance(names, list) or not names or any(n not in known for n in names):
+        raise fail(headline, "headline.protocols", f"expected a list of the protocols' data "
+                   f"names ({', '.join(known)}), got {names!r}")
+    rows = entries(headline.get("rows"), "headline.rows",
+                   {"label": str, "model": str, "dim": int}, {"label", "model"})
+    return Declarations(protocols, tuple(names),
+                        tuple((r["label"], r["model"], r.get("dim")) for r in rows))
 
 
 def _study(folder: Path, root: Path) -> str:
@@ -150,95 +141,86 @@ def _study(folder: Path, root: Path) -> str:
         return str(folder)
 
 
-# Overrides that the row's label already says (or that say where the data lies).
-_ROW_KEYS = ("experiment=", "data_root=", "model=", "dim=", "data.train_size=",
-             f"{breakdowns.HYPOTHESIS_ONLY}=")
+def _records(jobs: Iterable[Job], root: Path) -> str:
+    """The studies (``docs/results/<study>``) whose records hold ``jobs``."""
+    return ", ".join(f"`{s}`" for s in sorted({_study(Path(j.folder), root) for j in jobs}))
 
 
-def _settings(job: Job) -> tuple[str, ...]:
-    """The overrides that say what a run trained, in one order (the experiment first, then by
-    name), so that the same command typed in another order is the same row."""
-    settings = {o.lstrip("+~") if o.startswith("+") else o for o in job.overrides
-                if not _NOT_A_SETTING.match(o.lstrip("+~"))
-                and o.lstrip("+~").lower() != f"{breakdowns.HYPOTHESIS_ONLY}=false"}  # the default
-    return tuple(sorted(settings, key=lambda o: (not o.startswith("experiment="), o)))
+def _epochs(row: Row) -> str:
+    """``30 of 30``: the epochs the runs trained (a range where they differ) of their budget."""
+    trained = count_range((j.epochs for j in row.jobs), sep="")
+    budget = sorted({j.max_epochs for j in row.jobs if j.max_epochs is not None})
+    text = "–" if trained == "–" else trained
+    return f"{text} of {'/'.join(map(str, budget))}" if budget else text
 
 
-def _train_size(job: Job) -> int | None:
-    for override in job.overrides:
-        key, _, value = override.partition("=")
-        if key == "data.train_size" and value.isdigit():
-            return int(value)
-    return None
+def _commits(row: Row) -> str:
+    return ", ".join(sorted({(j.commit or "not recorded")[:12] for j in row.jobs}))
+
+
+def _command(row: Row) -> str:
+    """The runs' command line: their common settings, with their seeds as a sweep."""
+    seeds = sorted({j.seed for j in row.jobs if j.seed is not None})
+    sweep = ["-m", f"seed={','.join(map(str, seeds))}"] if len(seeds) > 1 else \
+        [f"seed={seeds[0]}"] if seeds else []
+    return shlex.join(["python", "src/train.py", *sweep[:1], *row.command_overrides, *sweep[1:]])
+
+
+def _cell(row: Row, metric: str = "test") -> str:
+    return row.stat(metric).cell(".1f")
 
 
 def load_rows(results_dir: str | Path) -> list[Row]:
-    """Every completed run recorded under ``results_dir/*/runs``, grouped into rows."""
+    """Every completed training run recorded under ``results_dir/*/runs``, grouped into rows."""
     root = Path(results_dir)
     studies = sorted(p for p in root.glob("*/runs") if find_job_folders(p))
     if not studies:
         raise UserError(f"{root}: no per-run records (no */runs/**/results.json); publish runs "
                         "with python src/report.py RUNS --out DIR --copy-results")
-    rows: dict[tuple, Row] = {}
-    for job in collect_jobs(studies):
-        if job.status != COMPLETED or job.task != "train" or not job.model or not job.data:
-            continue
-        only = breakdowns.is_hypothesis_only(job)  # also when an experiment file set it
-        key = (job.data, job.model, job.dim, _train_size(job), _settings(job),
-               str(job.early_stopping), only)  # a protocol's stopping rule changed at a commit
-        rows.setdefault(key, Row(job.data, job.model, job.dim, _train_size(job),
-                                 _settings(job), hypothesis_only=only,
-                                 early_stopping=str(job.early_stopping))).jobs.append(job)
-    return list(rows.values())
+    return group_rows(job for job in collect_jobs(studies) if job.status == COMPLETED
+                      and job.task == "train" and job.model and job.data)
+
+
+def _order(row: Row) -> tuple[Any, ...]:
+    """Table order: by model and size, a hypothesis-only row after the model's full rows, then
+    by command line."""
+    return row.model, row.dim or 0, row.hypothesis_only, row.command_overrides
 
 
 def _protocol_rows(rows: Iterable[Row], data: str) -> list[Row]:
-    """One protocol's rows on its whole training set, in table order: a hypothesis-only row
-    after the model's full rows. (Smaller training sets: ``learning_curve_table``.)"""
-    return sorted((r for r in rows if r.data == data and r.train_size is None),
-                  key=lambda r: (r.model, r.dim or 0, r.hypothesis_only, r.settings))
+    """One protocol's rows on its whole training set, in table order. (Smaller training sets:
+    ``learning_curve_table``.)"""
+    return sorted((r for r in rows if r.data == data and r.train_size is None), key=_order)
 
 
 def learning_curve_table(rows: Iterable[Row], data: str, root: Path) -> str:
     """Test accuracy against the number of training pairs (``data.train_size``): a line per
     setting that has runs on smaller training sets, its whole-set row (same settings, same
     stopping rule) as the last column."""
-    rows = [r for r in rows if r.data == data]
-
-    def curve_key(row: Row) -> tuple:
-        settings = tuple(s for s in row.settings if not s.startswith("data.train_size="))
-        return row.model, row.dim or 0, row.hypothesis_only, settings, row.early_stopping
-
-    curves: dict[tuple, dict[int | None, Row]] = {}
-    for row in rows:
-        if row.train_size is not None:
-            curves.setdefault(curve_key(row), {})[row.train_size] = row
+    curves = learning_curves(r for r in rows if r.data == data)
     if not curves:
         return "No per-run records of smaller training sets for this protocol yet.\n"
-    for row in rows:
-        if row.train_size is None and curve_key(row) in curves:
-            curves[curve_key(row)][None] = row
     sizes = sorted({size for curve in curves.values() for size in curve if size is not None})
     lines = ["| model | " + " | ".join(f"{n:,} pairs" for n in sizes) + " | whole training "
              "set | records (docs/results/) | flags |", "|---|" + "---|" * (len(sizes) + 3)]
     commands = []
-    for key in sorted(curves):
-        curve = curves[key]
+
+    def first(curve: dict[int | None, Row]) -> Row:
+        return curve[min(n for n in curve if n is not None)]
+
+    for curve in sorted(curves.values(), key=lambda c: _order(first(c))):
         smaller = sorted(n for n in curve if n is not None)
-        first = curve[smaller[0]]
-        label = first.label.replace(f", {first.train_size:,} pairs", "")
-        cells = [curve[n].cell(curve[n].tests) if n in curve else "–" for n in [*sizes, None]]
+        label = first(curve).label.replace(f", {smaller[0]:,} pairs", "")
+        cells = [_cell(curve[n]) if n in curve else "–" for n in [*sizes, None]]
         jobs = [j for r in curve.values() for j in r.jobs]
-        studies = sorted({_study(Path(j.folder), root) for j in jobs})
-        flags = sorted({f for r in curve.values() for f in r.flags if not f.endswith("commits")})
-        commits = {j.commit for j in jobs}
-        if len(commits) > 1:
-            flags.append(f"{len(commits)} commits")
-        lines.append(f"| {label} | " + " | ".join(cells) + " | " +
-                     ", ".join(f"`{s}`" for s in studies) + f" | {'; '.join(flags) or '–'} |")
+        # each size's own flags, and what differs across the whole curve
+        flags = sorted({f for r in curve.values() for f in r.flags if not f.endswith(ACROSS)})
+        flags += across(jobs)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_records(jobs, root)} | "
+                     f"{'; '.join(flags) or '–'} |")
         # one sweep over the smaller sizes (the whole-set row's command is in the table above)
-        command = first.command.replace(f"data.train_size={smaller[0]}",
-                                        f"data.train_size={','.join(map(str, smaller))}")
+        command = _command(first(curve)).replace(
+            f"{TRAIN_SIZE}={smaller[0]}", f"{TRAIN_SIZE}={','.join(map(str, smaller))}")
         if " -m " not in command:
             command = command.replace("src/train.py", "src/train.py -m", 1)
         commands.append(f"{len(commands) + 1}. {label}: `{command}`")
@@ -255,22 +237,27 @@ def protocol_table(rows: Iterable[Row], data: str, root: Path) -> str:
              "(docs/results/) | flags |", "|---|---|---|---|---|---|---|---|"]
     commands = []
     for i, row in enumerate(chosen, start=1):
-        vals = [j.val for j in row.jobs if j.val is not None]
-        lines.append(f"| {row.label} | {row.params} | {row.cell(row.tests)} | {row.cell(vals)} "
-                     f"| {row.epochs} | {row.commits} | {row.records(root)} | "
+        params = count_range(j.params for j in row.jobs)
+        lines.append(f"| {row.label} | {params} | {_cell(row)} | {_cell(row, 'val')} "
+                     f"| {_epochs(row)} | {_commits(row)} | {_records(row.jobs, root)} | "
                      f"{'; '.join(row.flags) or '–'} |")
-        commands.append(f"{i}. {row.label}: `{row.command}`")
+        commands.append(f"{i}. {row.label}: `{_command(row)}`")
     return "\n".join(lines) + "\n\nCommands (data_root is the folder of the data files):\n\n" + \
         "\n".join(commands) + "\n"
 
 
-def headline_table(rows: Sequence[Row], root: Path) -> str:
-    """The README's table: the headline models on the two NLI protocols, full training sets."""
-    heads = [PROTOCOLS[p].split(" (")[0] for p in HEADLINE_PROTOCOLS]
+def headline_table(rows: Sequence[Row], root: Path,
+                   declarations: Declarations | None = None) -> str:
+    """The README's table: the headline models (``protocols.yaml``'s ``headline``) on its
+    protocols, whole training sets; a column's title is its protocol's heading up to " (".
+    ``root``, the records' folder, is not read: the cells name no records."""
+    declarations = declarations or load_declarations()
+    headings = {p.data: p.heading for p in declarations.protocols}
+    heads = [headings[p].split(" (")[0] for p in declarations.headline_protocols]
     lines = ["| model | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
-    for label, model, dim in HEADLINE_ROWS:
+    for label, model, dim in declarations.headline_rows:
         cells = []
-        for data in HEADLINE_PROTOCOLS:
+        for data in declarations.headline_protocols:
             found = [r for r in rows if r.data == data and r.model == model and
                      r.dim in (dim, None) and r.train_size is None and
                      r.label.count("`") == 0 and  # the model's own settings, no extra knob
@@ -278,8 +265,7 @@ def headline_table(rows: Sequence[Row], root: Path) -> str:
                      not any(f.startswith("reduced") for f in r.flags)]
             # today's protocol first (every run trained its budget), then the most runs
             found.sort(key=lambda r: (any("early stopping" in f for f in r.flags), -len(r.tests)))
-            cells.append(found[0].cell(found[0].tests) if found else
-                         "no per-run records (run folders lost)")
+            cells.append(_cell(found[0]) if found else "no per-run records (run folders lost)")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -332,16 +318,20 @@ def _stats_table(numbered: Sequence[tuple[int, Row]], groups: Sequence[Sequence[
     return lines
 
 
-def generated_tables(results_dir: str | Path) -> dict[str, str]:
-    """Marker name -> Markdown: ``headline``, one table per protocol, and each protocol's
-    diagnostics (``NAME_breakdown``)."""
+def generated_tables(results_dir: str | Path,
+                     protocols: str | Path = PROTOCOLS_FILE) -> dict[str, str]:
+    """Marker name -> Markdown: ``headline``, one table per protocol of ``protocols`` (a
+    ``protocols.yaml``), each protocol's diagnostics (``NAME_breakdown``) and, where declared,
+    its learning curve (``NAME_learning_curve``)."""
+    declarations = load_declarations(protocols)
     root = Path(results_dir)
     rows = load_rows(root)
-    tables = {"headline": headline_table(rows, root)}
-    tables.update({data: protocol_table(rows, data, root) for data in PROTOCOLS})
-    tables.update({f"{data}_breakdown": breakdown_table(rows, data) for data in PROTOCOLS})
-    tables.update({f"{data}_learning_curve": learning_curve_table(rows, data, root)
-                   for data in LEARNING_CURVE_PROTOCOLS})
+    tables = {"headline": headline_table(rows, root, declarations)}
+    names = [p.data for p in declarations.protocols]
+    tables.update({data: protocol_table(rows, data, root) for data in names})
+    tables.update({f"{data}_breakdown": breakdown_table(rows, data) for data in names})
+    tables.update({f"{p.data}_learning_curve": learning_curve_table(rows, p.data, root)
+                   for p in declarations.protocols if p.learning_curve})
     return tables
 
 
@@ -357,12 +347,12 @@ def fill_markers(text: str, tables: dict[str, str], where: str) -> str:
 
 
 def update_documents(results_dir: str | Path, documents: Sequence[str | Path],
-                     check: bool = False) -> list[Path]:
+                     check: bool = False, protocols: str | Path = PROTOCOLS_FILE) -> list[Path]:
     """Rewrite (or, with ``check``, compare) the generated tables of ``documents``; returns the
     documents that changed (or would change)."""
     from entailment_lab.files import write_text_atomic
 
-    tables = generated_tables(results_dir)
+    tables = generated_tables(results_dir, protocols)
     changed = []
     for document in map(Path, documents):
         text = document.read_text(encoding="utf-8")

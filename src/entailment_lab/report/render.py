@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 
 from entailment_lab.report import breakdowns
-from entailment_lab.report.aggregate import code_notes, mixed_settings_notes
 from entailment_lab.report.job import COMPLETED, Job
+from entailment_lab.report.rows import numeric_path
 from entailment_lab.report.tables import Table
 
 CSV_COLUMNS = (
@@ -108,6 +108,59 @@ def _job_config(job: Job) -> str:
     parts = [job.model, job.dim is not None and f"d={job.dim}",
              job.seed is not None and f"seed={job.seed}", job.data]
     return " ".join(str(p) for p in parts if p) or "?"
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job{'s' * (n > 1)}"
+
+
+def mixed_settings_notes(tables: Sequence[Table]) -> list[str]:
+    """Lines whose completed jobs form several rows (settings beyond the seed): averaged
+    anyway, but said so, with what each row's jobs ran beyond what they share."""
+    notes = []
+    for table in tables:
+        for rr in table.rows:
+            rows = rr.rows
+            if len(rows) < 2:
+                continue
+            items = [set(row.key.items()) for row in rows]
+            common = set.intersection(*items)
+            parts = [f"{', '.join(f'`{s}`' for s in sorted(own - common)) or 'the defaults'} "
+                     f"({_jobs(len(row.jobs))})" for row, own in zip(rows, items, strict=True)]
+            notes.append(f"{table.data} row {rr.label} ({rr.config}) mixes settings, averaged "
+                         f"together: {'; '.join(parts)}")
+    return notes
+
+
+def code_notes(tables: Sequence[Table]) -> list[str]:
+    """Which code the averaged jobs ran (results.json ``code``): one line for the report, and
+    one for each line that averages jobs of different commits or numeric paths (results.json
+    ``numeric_path``; jobs that did not record one are left out)."""
+    jobs = [job for table in tables for rr in table.rows for job in rr.completed]
+    if not jobs:
+        return []
+    commits = Counter(job.commit[:7] for job in jobs if job.commit)
+    parts = [f"`{c}` ({_jobs(n)})" for c, n in commits.items()]
+    unknown = sum(not job.commit for job in jobs)
+    if unknown:
+        parts.append(f"no recorded commit ({_jobs(unknown)})")
+    dirty = sum(bool(job.dirty) for job in jobs)
+    line = f"code of the completed jobs: {'; '.join(parts)}"
+    if dirty:
+        line += f"; {dirty} of them ran code that differed from its commit"
+    notes = [line]
+    for table in tables:
+        for rr in table.rows:
+            row_commits = sorted({job.commit[:7] for job in rr.completed if job.commit})
+            if len(row_commits) > 1:
+                notes.append(f"{table.data} row {rr.label} ({rr.config}) averages jobs of "
+                             f"{len(row_commits)} commits: {', '.join(row_commits)}")
+            paths = {p for job in rr.completed if (p := numeric_path(job)) is not None}
+            if len(paths) > 1:
+                notes.append(f"{table.data} row {rr.label} ({rr.config}) averages jobs of "
+                             f"{len(paths)} numeric paths (results.json `numeric_path`: "
+                             "threads, kernels, CPU, torch)")
+    return notes
 
 
 def _notes(tables: Sequence[Table], jobs: Sequence[Job]) -> list[str]:

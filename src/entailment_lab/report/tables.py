@@ -1,8 +1,10 @@
 """The report's tables: one per data set, each paper row once, in the paper's order.
 
 A ``RowResult`` is one line of a table: a paper row (or a config with no paper row) with the
-jobs that count under it, their seed statistics (``aggregate``) and the words that describe it.
-Rows that were not run stay in the table, so a partial sweep reads as partial.
+jobs that count under it, their seed statistics (``rows.stat``) and the words that describe it.
+It is a view over ``rows``: its completed jobs are one or more rows of settings, gathered under
+the paper row they reproduce. Rows that were not run stay in the table, so a partial sweep
+reads as partial.
 """
 
 from __future__ import annotations
@@ -18,27 +20,27 @@ from entailment_lab.paper_tables import (
     SENTENCE_ROWS,
     PaperRow,
 )
-from entailment_lab.report.aggregate import Stat, seed_other, seed_stats
-from entailment_lab.report.breakdowns import is_hypothesis_only
 from entailment_lab.report.job import COMPLETED, MISSING, RUNNING, STALE, Job
 from entailment_lab.report.match import reduced_budget
+from entailment_lab.report.rows import Row, Stat, count_range, group_rows, stat
 
 
 def _stat(metric: str) -> property:
-    """A row's ``Stat`` of one metric over its completed jobs (empty before aggregation)."""
-    return property(lambda row: row.stats.get(metric, Stat()))
+    """A line's ``Stat`` of one accuracy over its completed jobs (``rows.stat``)."""
+    return property(lambda line: stat(getattr(j, metric) for j in line.completed))
 
 
 @dataclass
 class RowResult:
-    """One line of a report table: a paper row (or an unmatched config) and its jobs."""
+    """One line of a report table: a paper row (or an unmatched config) and its jobs, of
+    every status. Its completed jobs form one or more rows (``rows.Row``: settings beyond
+    the seed); a line that gathers several says so in the report's notes."""
 
     data: str
     paper: PaperRow | None
     model: str | None
     dim: int | None
     jobs: list[Job] = field(default_factory=list)
-    stats: dict[str, Stat] = field(default_factory=dict)  # per metric, set by build_tables
     reduced: str | None = None  # debug preset / truncated budget of its jobs: not compared
     hypothesis_only: bool = False  # its jobs read the hypothesis alone: not compared
 
@@ -58,6 +60,11 @@ class RowResult:
     def completed(self) -> list[Job]:
         return [j for j in self.jobs if j.status == COMPLETED]
 
+    @property
+    def rows(self) -> list[Row]:
+        """The rows (settings) its completed jobs form: one, unless settings were mixed."""
+        return group_rows(self.completed)
+
     train = _stat("train")
     train_eval = _stat("train_eval")
     val = _stat("val")
@@ -68,7 +75,7 @@ class RowResult:
         """Mean ± std over the completed jobs of every other test metric they recorded."""
         names = sorted({n for j in self.completed for n in j.other_test})
         return {n: other for n in names
-                if (other := seed_other([j.other_test.get(n) for j in self.completed])).n}
+                if (other := stat(j.other_test.get(n) for j in self.completed)).n}
 
     @property
     def delta(self) -> float | None:
@@ -78,9 +85,7 @@ class RowResult:
 
     def params(self, key: str = "params", sep: str = ",") -> str:
         """Our parameter count (``1,289,203``); a range if the jobs disagree (other settings)."""
-        counts = sorted({getattr(j, key) for j in self.jobs if getattr(j, key) is not None})
-        text = [f"{c:,}".replace(",", sep) for c in counts]
-        return "–" if not counts else text[0] if len(counts) == 1 else f"{text[0]}–{text[-1]}"
+        return count_range((getattr(j, key) for j in self.jobs), sep)
 
     def counts(self) -> dict[str, int]:
         return {"completed": self._count(COMPLETED), "running": self._count(RUNNING),
@@ -179,7 +184,7 @@ def build_tables(jobs: Sequence[Job], compare_reduced: bool = False) -> list[Tab
 
     Jobs with a debug preset or a truncated budget (``match.reduced_budget``) get rows of their
     own, marked and kept out of the comparison with the paper, unless ``compare_reduced``; so do
-    hypothesis-only jobs (``breakdowns.is_hypothesis_only``), always.
+    hypothesis-only jobs (``Diagnostics.hypothesis_only``), always.
     """
     by_data: dict[str, list[Job]] = {}
     for job in jobs:
@@ -197,7 +202,7 @@ def build_tables(jobs: Sequence[Job], compare_reduced: bool = False) -> list[Tab
         marked: dict[Any, list[Job]] = {}
         for job in data_jobs:
             is_reduced = not compare_reduced and bool(reduced_budget(job))
-            only = is_hypothesis_only(job)
+            only = job.diagnostics.hypothesis_only
             if is_reduced or only:
                 key = (job.row or (str(job.model), str(job.dim)), is_reduced, only)
                 marked.setdefault(key, []).append(job)
@@ -211,8 +216,6 @@ def build_tables(jobs: Sequence[Job], compare_reduced: bool = False) -> list[Tab
         ordered = sorted(rows.values(), key=lambda rr: order[rr.paper])
         ordered += [extra[k] for k in sorted(extra)]
         ordered = _with_marked_rows(data, ordered, marked)
-        for rr, stats in zip(ordered, seed_stats([rr.completed for rr in ordered]), strict=True):
-            rr.stats = stats
         tables.append(Table(data, layout, ordered))
     rank = {"snli": 0}
     tables.sort(key=lambda t: (t.layout == "sentence", rank.get(t.data, 1), t.data))

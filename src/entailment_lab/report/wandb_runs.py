@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from entailment_lab.errors import UserError
 from entailment_lab.online import unreachable
+from entailment_lab.report.breakdowns import from_record
 from entailment_lab.report.job import COMPLETED, FAILED, RUNNING, Job, first_line, percent
 from entailment_lab.report.match import limit_overrides, match_row
 
@@ -60,11 +61,13 @@ def _lookup_config(config: dict[str, Any], key: str) -> Any:
 
 
 def jobs_from_wandb_runs(runs: Iterable[Any], project: str) -> list[Job]:
-    """Turn W&B API runs (``config``, ``summary``, ``state``, ``tags``) into report jobs."""
+    """Turn W&B API runs (``config``, ``summary_metrics``, ``state``, ``tags``) into report
+    jobs. ``summary_metrics`` is the public API's summary as the plain dict the server sent
+    (``run.summary`` decodes each value on access)."""
     jobs = []
     for run in runs:
         config = dict(run.config or {})
-        summary = dict(getattr(run.summary, "_json_dict", None) or run.summary or {})
+        summary = dict(run.summary_metrics or {})
         state = str(getattr(run, "state", "unknown"))
         status = _WANDB_STATES.get(state, state)
         job = Job(
@@ -84,6 +87,8 @@ def jobs_from_wandb_runs(runs: Iterable[Any], project: str) -> list[Job]:
             max_epochs=_lookup_config(config, "trainer.max_epochs"),
             epochs=summary.get("epochs"), stopped_by=summary.get("stopped_by"),
         )
+        job.diagnostics = from_record({"hypothesis_only": _lookup_config(
+            config, "data.hypothesis_only")})
         job.row, job.note = match_row(job)
         jobs.append(job)
     return jobs
