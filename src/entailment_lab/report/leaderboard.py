@@ -31,6 +31,7 @@ from entailment_lab.report.aggregate import Stat
 from entailment_lab.report.collect import collect_jobs, find_job_folders
 from entailment_lab.report.job import COMPLETED, Job
 from entailment_lab.report.match import reduced_budget
+from entailment_lab.report.significance import significance_table
 
 #: Protocols in the order the results page shows them: data name -> heading.
 PROTOCOLS = {
@@ -342,6 +343,7 @@ def generated_tables(results_dir: str | Path) -> dict[str, str]:
     tables.update({f"{data}_breakdown": breakdown_table(rows, data) for data in PROTOCOLS})
     tables.update({f"{data}_learning_curve": learning_curve_table(rows, data, root)
                    for data in LEARNING_CURVE_PROTOCOLS})
+    tables["significance"] = significance_table(rows)  # paired tests between rows
     return tables
 
 
