@@ -15,7 +15,7 @@ import pytest
 from entailment_lab import predictions
 from entailment_lab.data.demo import write_jsonl
 from entailment_lab.errors import UserError
-from entailment_lab.pipeline import train
+from entailment_lab.pipeline import evaluate, train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
@@ -73,6 +73,15 @@ def test_a_run_records_its_test_predictions_in_file_order(run, files):
     assert gold.tolist() == expected_gold  # file order, the unlabelled row left out
     assert predictions.confusion(predicted, gold, len(labels)) == record["test_confusion_matrix"]
     assert record["predictions"]["test"]["source"] == predictions.TEST_LOOP
+
+
+def test_eval_records_the_predictions_of_the_checkpoint_it_tests(run, tmp_path):
+    record = json.loads((run / "results.json").read_text())
+    evaluate(compose_cfg([f"ckpt_path={record['best_checkpoint']}",
+                          "trainer.enable_model_summary=false"], tmp_path, config_name="eval"))
+    evaluated = json.loads((tmp_path / "results.json").read_text())
+    assert evaluated["predictions"]["test"]["predicted"] == \
+        record["predictions"]["test"]["predicted"]
 
 
 def test_predictions_are_added_afterwards_from_the_best_checkpoint(run, files, tmp_path):
