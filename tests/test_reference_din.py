@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from entailment_lab.models.din import DIN
+from tests.reference_training import training_gap
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -280,32 +280,23 @@ def test_default_departs_from_eq_5(variant):
 
 def train_compare(knobs: dict, dtype: torch.dtype = torch.float64, dim: int = DIM,
                   lengths: list[tuple[int, int]] = LENGTHS) -> tuple[float, float]:
-    """The training path against the reference: (max |Δ logit|, max over weights of
-    max |Δ grad| / max |grad|) for one padded batch, the model in training mode with dropout 0
-    in ``dtype``, the reference in float64 with autograd through its own arithmetic."""
+    """The training path against the reference (``reference_training.training_gap``) on one
+    padded batch, the model in training mode with dropout 0 in ``dtype``."""
     torch.manual_seed(2)
     embedding = nn.Embedding(VOCAB, D_EMB, padding_idx=0).double()
     embedding.weight.requires_grad_(False)
     model = DIN(embedding, num_classes=3, dim=dim, dropout=0.0, **knobs).double()
-    trainable = [k for k, w in model.named_parameters() if w.requires_grad]
-    state = {k: v.detach().clone().requires_grad_(k in trainable)
-             for k, v in model.state_dict().items()}
-    model = model.to(dtype).train()
     g = torch.Generator().manual_seed(4)
     p_ids, p_mask = batch([lp for lp, _ in lengths], g)
     h_ids, h_mask = batch([lh for _, lh in lengths], g)
-    labels = torch.arange(len(lengths)) % 3
-    logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
-    F.cross_entropy(logits, labels).backward()
-    expected = torch.stack([reference(state, p_ids[b, :lp].tolist(), h_ids[b, :lh].tolist(),
+
+    def expected(state: dict[str, Tensor]) -> Tensor:
+        return torch.stack([reference(state, p_ids[b, :lp].tolist(), h_ids[b, :lh].tolist(),
                                       **knobs) for b, (lp, lh) in enumerate(lengths)])
-    wanted = torch.autograd.grad(-expected.log_softmax(-1)[torch.arange(len(lengths)),
-                                                           labels].mean(),
-                                 [state[k] for k in trainable])
-    params = dict(model.named_parameters())
-    worst_grad = max(float((params[k].grad.double() - w).abs().max() / w.abs().max())
-                     for k, w in zip(trainable, wanted, strict=True))
-    return float((logits.detach().double() - expected.detach()).abs().max()), worst_grad
+
+    inputs = {"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
+              "hypothesis_mask": h_mask}
+    return training_gap(model, inputs, torch.arange(len(lengths)) % 3, expected, dtype)
 
 
 @pytest.mark.parametrize("knobs", [
