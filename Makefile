@@ -20,11 +20,13 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(PY) src/train.py experiment=demo
 
-# Regenerate the results tables of README.md and docs/RESULTS.md from the per-run records under
-# docs/results/*/runs, and docs/peer_speed.md's from docs/results/peer_speed/records (CI checks
-# they are current: tests/test_results_tables.py, tests/test_peer_speed.py).
+# Regenerate the results tables of README.md, docs/RESULTS.md and docs/DCNN_RESULTS.md from the
+# per-run records under docs/results/*/runs, and docs/peer_speed.md's from
+# docs/results/peer_speed/records (CI checks they are current: tests/test_results_tables.py,
+# tests/test_peer_speed.py).
 results: install
-	$(PY) src/report.py --leaderboard docs/results --write README.md docs/RESULTS.md
+	$(PY) src/report.py --leaderboard docs/results --write README.md docs/RESULTS.md \
+	    docs/DCNN_RESULTS.md
 	$(PY) benchmarks/peer_speed.py table docs/results/peer_speed --write docs/peer_speed.md
 
 # Regenerate the weight-transfer fixtures tests/references/*.pt, bit for bit, from git clones of
