@@ -245,14 +245,18 @@ def compare(knobs: dict, encoder_reset: str | None = None) -> float:
     return worst
 
 
-@pytest.mark.parametrize("knobs", [
+# The readings compared: every knob's non-default choice in one of the six settings.
+SETTINGS = [
     {"variant": "din1"},
     {"variant": "din1", "din1_weights": "split", "interaction_init": "hypothesis"},
     {"variant": "din2"},
     {"variant": "din2", "din2_weights": "row_scale", "din2_input": "word"},
     {"variant": "static"},
     {"variant": "static", "static_input": "hypothesis_matrix"},
-])
+]
+
+
+@pytest.mark.parametrize("knobs", SETTINGS)
 def test_model_equals_the_equations(knobs):
     worst = compare(knobs)
     assert worst < 1e-12, f"max |Δ logit| {worst:.3g}"
@@ -299,15 +303,7 @@ def train_compare(knobs: dict, dtype: torch.dtype = torch.float64, dim: int = DI
     return training_gap(model, inputs, torch.arange(len(lengths)) % 3, expected, dtype)
 
 
-@pytest.mark.parametrize("knobs", [
-    {"variant": "din1"},
-    {"variant": "din1", "din1_weights": "split", "interaction_init": "hypothesis"},
-    {"variant": "din2"},
-    {"variant": "din2", "din2_weights": "row_scale", "din2_input": "word"},
-    {"variant": "static"},
-    {"variant": "static", "static_input": "hypothesis_matrix"},
-    {"variant": "din1", "encoder_gru": "paper"},
-])
+@pytest.mark.parametrize("knobs", [*SETTINGS, {"variant": "din1", "encoder_gru": "paper"}])
 def test_training_forward_and_gradients_equal_the_equations(knobs):
     """The hand-written backwards (float64): logits and every weight's gradient."""
     logit, grad = train_compare(knobs)
