@@ -7,7 +7,7 @@ VENV  ?= .venv
 TORCH ?= torch==2.13.0+cpu
 PY    := $(VENV)/bin/python
 
-.PHONY: install demo test lint smoke results
+.PHONY: install demo test lint smoke results references
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -20,12 +20,23 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(PY) src/train.py experiment=demo
 
-# Regenerate the results tables of README.md and docs/RESULTS.md from the per-run records under
-# docs/results/*/runs, and docs/peer_speed.md's from docs/results/peer_speed/records (CI checks
-# they are current: tests/test_results_tables.py, tests/test_peer_speed.py).
+# Regenerate the results tables of README.md, docs/RESULTS.md and docs/DCNN_RESULTS.md from the
+# per-run records under docs/results/*/runs, and docs/peer_speed.md's from
+# docs/results/peer_speed/records (CI checks they are current: tests/test_results_tables.py,
+# tests/test_peer_speed.py).
 results: install
-	$(PY) src/report.py --leaderboard docs/results --write README.md docs/RESULTS.md
+	$(PY) src/report.py --leaderboard docs/results --write README.md docs/RESULTS.md \
+	    docs/DCNN_RESULTS.md
 	$(PY) benchmarks/peer_speed.py table docs/results/peer_speed --write docs/peer_speed.md
+
+# Regenerate the weight-transfer fixtures tests/references/*.pt, bit for bit, from git clones of
+# the third-party repositories in CHECKOUTS (one per repository); CHECK=1 writes nothing and
+# compares byte for byte; REFERENCES_ARGS passes the other interpreters some of them need
+# (tests/references/README.md).
+references: install
+	$(if $(CHECKOUTS),,$(error give CHECKOUTS=DIR, the folder of the clones: tests/references/README.md))
+	$(PY) tests/references/regenerate.py --checkouts $(CHECKOUTS) $(if $(CHECK),--check) \
+	    $(REFERENCES_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks

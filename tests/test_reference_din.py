@@ -18,6 +18,14 @@ whose candidate applies the reset gate after the recurrent product and has a sec
 it, ``tanh(W_x x + b_x + r ⊙ (W_h h + b_h))``, while Eq. 5 applies it before:
 ``tanh(W'_h·[r ⊙ h, x] + b'_h)``. ``gru(..., reset="after")`` is that form, written out, and the
 default model is compared with it; ``test_default_departs_from_eq_5`` shows the gap.
+
+Inference (eval mode, no gradients) and training take different code: training runs the
+recurrences as autograd Functions with hand-written backwards, and in float32 on one thread
+(AVX-512, a C compiler, m = 16, 18 or 20) their products and the encoder's gate arithmetic in C
+kernels. So the comparison is made on both paths: the logits of inference, and the training
+forward (dropout 0) with the gradient of the cross-entropy with respect to every trainable
+weight, against the reference's own autograd through the plain arithmetic below — in float64
+at m = 3 for every reading, and in float32 at m = 16 (the kernels' path where they apply).
 ``encoder_gru="paper"`` is Eq. 3-6 as printed: ``test_encoder_is_eq_5`` compares it with
 ``gru(..., reset="before")`` through its own name map (``PAPER_GRU_MAP``).
 """
@@ -29,6 +37,7 @@ import torch
 from torch import nn
 
 from entailment_lab.models.din import DIN
+from tests.reference_training import training_gap
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -236,14 +245,18 @@ def compare(knobs: dict, encoder_reset: str | None = None) -> float:
     return worst
 
 
-@pytest.mark.parametrize("knobs", [
+# The readings compared: every knob's non-default choice in one of the six settings.
+SETTINGS = [
     {"variant": "din1"},
     {"variant": "din1", "din1_weights": "split", "interaction_init": "hypothesis"},
     {"variant": "din2"},
     {"variant": "din2", "din2_weights": "row_scale", "din2_input": "word"},
     {"variant": "static"},
     {"variant": "static", "static_input": "hypothesis_matrix"},
-])
+]
+
+
+@pytest.mark.parametrize("knobs", SETTINGS)
 def test_model_equals_the_equations(knobs):
     worst = compare(knobs)
     assert worst < 1e-12, f"max |Δ logit| {worst:.3g}"
@@ -267,3 +280,42 @@ def test_default_departs_from_eq_5(variant):
     folded into b'_h), the logits differ (docs/models/din.md)."""
     worst = compare({"variant": variant}, encoder_reset="before")
     assert worst > 1e-3, f"max |Δ logit| {worst:.3g}"
+
+
+def train_compare(knobs: dict, dtype: torch.dtype = torch.float64, dim: int = DIM,
+                  lengths: list[tuple[int, int]] = LENGTHS) -> tuple[float, float]:
+    """The training path against the reference (``reference_training.training_gap``) on one
+    padded batch, the model in training mode with dropout 0 in ``dtype``."""
+    torch.manual_seed(2)
+    embedding = nn.Embedding(VOCAB, D_EMB, padding_idx=0).double()
+    embedding.weight.requires_grad_(False)
+    model = DIN(embedding, num_classes=3, dim=dim, dropout=0.0, **knobs).double()
+    g = torch.Generator().manual_seed(4)
+    p_ids, p_mask = batch([lp for lp, _ in lengths], g)
+    h_ids, h_mask = batch([lh for _, lh in lengths], g)
+
+    def expected(state: dict[str, Tensor]) -> Tensor:
+        return torch.stack([reference(state, p_ids[b, :lp].tolist(), h_ids[b, :lh].tolist(),
+                                      **knobs) for b, (lp, lh) in enumerate(lengths)])
+
+    inputs = {"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
+              "hypothesis_mask": h_mask}
+    return training_gap(model, inputs, torch.arange(len(lengths)) % 3, expected, dtype)
+
+
+@pytest.mark.parametrize("knobs", [*SETTINGS, {"variant": "din1", "encoder_gru": "paper"}])
+def test_training_forward_and_gradients_equal_the_equations(knobs):
+    """The hand-written backwards (float64): logits and every weight's gradient."""
+    logit, grad = train_compare(knobs)
+    assert logit < 1e-12, f"max |Δ logit| {logit:.3g}"
+    assert grad < 1e-10, f"max relative |Δ grad| {grad:.3g}"
+
+
+@pytest.mark.parametrize("variant", ["din1", "din2"])
+def test_float32_training_path_equals_the_equations(variant):
+    """float32 at m = 16, one thread: the path of the C kernels where this machine has them,
+    torch's float32 operations elsewhere; against the float64 reference."""
+    logit, grad = train_compare({"variant": variant}, torch.float32, dim=256,
+                                lengths=[(3, 2), (1, 3), (2, 1)])
+    assert logit < 1e-5, f"max |Δ logit| {logit:.3g}"
+    assert grad < 1e-4, f"max relative |Δ grad| {grad:.3g}"

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from entailment_lab.models.lstmn import LSTMNDeepFusion
+from tests.reference_training import training_gap
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -64,7 +65,7 @@ def take(state: dict[str, Tensor], names: dict[str, str], prefix: str = "") -> d
 
 
 def softmax(scores: list[Tensor]) -> list[Tensor]:
-    top = max(float(s) for s in scores)
+    top = max(float(s.detach()) for s in scores)
     e = [torch.exp(s - top) for s in scores]
     total = sum(e)
     return [x / total for x in e]
@@ -189,3 +190,28 @@ def test_model_equals_the_equations(shared, slot):
                                    rtol=0, atol=1e-12)
         worst = max(worst, float((out["logits"][b] - logits).abs().max()))
     assert worst < 1e-12
+
+
+@pytest.mark.parametrize(("shared", "slot"), [(True, True), (False, False)])
+def test_training_forward_and_gradients_equal_the_equations(shared, slot):
+    """Training mode, dropout 0: the logits and every weight's gradient of the cross-entropy
+    against the reference's autograd (``reference_training.training_gap``)."""
+    torch.manual_seed(7)
+    embedding = nn.Embedding(VOCAB, D, padding_idx=0).double()
+    embedding.weight.requires_grad_(False)
+    model = LSTMNDeepFusion(embedding, num_classes=3, hidden_size=H, shared_reader=shared,
+                            initial_slot=slot, dropout=0.0).double()
+    g = torch.Generator().manual_seed(3)
+    p_ids, p_mask = batch([lp for lp, _ in LENGTHS], g)
+    h_ids, h_mask = batch([lh for _, lh in LENGTHS], g)
+
+    def expected(state: dict[str, Tensor]) -> Tensor:
+        vectors = state["embedding.weight"]
+        return torch.stack([reference(state, list(vectors[p_ids[b, :lp]]),
+                                      list(vectors[h_ids[b, :lh]]), slot)[0]
+                            for b, (lp, lh) in enumerate(LENGTHS)])
+
+    inputs = {"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
+              "hypothesis_mask": h_mask}
+    logit, grad = training_gap(model, inputs, torch.tensor([0, 1, 2, 1]), expected)
+    assert logit < 1e-12 and grad < 1e-10, (logit, grad)

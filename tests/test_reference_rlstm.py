@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from entailment_lab.models.rlstm import ReReadLSTM
+from tests.reference_training import training_gap
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -128,3 +129,30 @@ def test_model_equals_the_equations(kwargs):
         expected = reference(state, list(vectors[p_ids[b, :lp]]), list(vectors[h_ids[b, :lh]]),
                              **readings)
         torch.testing.assert_close(logits[b], expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"premise_bidirectional": False, "pooling": "last",
+                                         "mlp_layers": 2}])
+def test_training_forward_and_gradients_equal_the_equations(kwargs):
+    """Training mode, dropout 0: the logits and every weight's gradient of the cross-entropy
+    against the reference's autograd (``reference_training.training_gap``)."""
+    torch.manual_seed(5)
+    embedding = nn.Embedding(VOCAB, D, padding_idx=0).double()
+    embedding.weight.requires_grad_(False)
+    model = ReReadLSTM(embedding, num_classes=3, hidden_size=K, dropout=0.0, **kwargs).double()
+    g = torch.Generator().manual_seed(11)
+    p_ids, p_mask = batch([lp for lp, _ in LENGTHS], g)
+    h_ids, h_mask = batch([lh for _, lh in LENGTHS], g)
+
+    def expected(state: dict[str, Tensor]) -> Tensor:
+        vectors = state["embedding.weight"]
+        return torch.stack([reference(state, list(vectors[p_ids[b, :lp]]),
+                                      list(vectors[h_ids[b, :lh]]), memory_in_gates=True,
+                                      memory_in_output=True,
+                                      pooling=kwargs.get("pooling", "mean"))
+                            for b, (lp, lh) in enumerate(LENGTHS)])
+
+    inputs = {"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
+              "hypothesis_mask": h_mask}
+    logit, grad = training_gap(model, inputs, torch.tensor([0, 1, 2, 1]), expected)
+    assert logit < 1e-12 and grad < 1e-10, (logit, grad)

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from entailment_lab.models.tclstm import TightlyCoupledLSTM
+from tests.reference_training import training_gap
 
 VOCAB, EMB, D = 30, 5, 4
 GATES = ("c", "o", "i", "f1", "f2")  # the order of T_{A,b}'s five output blocks (§3.2)
@@ -122,8 +123,8 @@ def reference_logits(premise: list[int], hypothesis: list[int], w: Weights, *, l
         for b in range(q):
             cells = [z[i][j] for i in pool_region(a, p, n) for j in pool_region(b, q, m)]
             for unit in range(d):
-                v.append(max(float(cell[unit]) for cell in cells))
-    features = torch.tensor(v, dtype=torch.float64)
+                v.append(torch.stack([cell[unit] for cell in cells]).max())
+    features = torch.stack(v)
     if mlp:
         features = torch.tanh(w["W_fc"] @ features + w["b_fc"])  # fully connected layer
     return w["W_out"] @ features + w["b_out"]  # output layer (softmax in the loss)
@@ -194,3 +195,27 @@ def test_the_reference_tells_a_misreading_apart(misreading):
     ours, theirs = run_both(CONFIGS["row 4's layout (shared unit, 2 x 1 pooling, FC)"],
                             misreading)
     assert (ours - theirs).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_training_forward_and_gradients_equal_the_equation_reference(name):
+    """Training mode (dropout 0, the default): the logits and every weight's gradient of the
+    cross-entropy against the reference's autograd (``reference_training.training_gap``)."""
+    kwargs = CONFIGS[name]
+    model = build(dropout=0.0, **kwargs)
+    layers, mlp = kwargs.get("num_layers", 4), kwargs.get("mlp_size", 50) != 0
+    p_ids, p_mask = padded([p for p, _ in PAIRS])
+    h_ids, h_mask = padded([h for _, h in PAIRS])
+
+    def expected(state: dict[str, torch.Tensor]) -> torch.Tensor:
+        w = paper_weights(state, layers, D, mlp)
+        return torch.stack([
+            reference_logits(p, h, w, layers=layers, d=D,
+                             shared=kwargs.get("share_directions", True),
+                             pool=(kwargs.get("pool_rows", 2), kwargs.get("pool_cols", 1)),
+                             mlp=mlp) for p, h in PAIRS])
+
+    inputs = {"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
+              "hypothesis_mask": h_mask}
+    logit, grad = training_gap(model, inputs, torch.tensor([0, 1, 2, 1, 0]), expected)
+    assert logit < 1e-12 and grad < 1e-10, (logit, grad)

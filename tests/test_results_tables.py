@@ -17,7 +17,8 @@ from entailment_lab.report.leaderboard import (
 from tests.conftest import REPO
 from tests.test_report import write_job
 
-DOCUMENTS = [REPO / "README.md", REPO / "docs" / "RESULTS.md"]
+DOCUMENTS = [REPO / "README.md", REPO / "docs" / "RESULTS.md",
+             REPO / "docs" / "DCNN_RESULTS.md"]
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)

@@ -16,6 +16,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, Timer
 from lightning.pytorch.loggers import WandbLogger
 
+from entailment_lab import predictions
 from entailment_lab.results import ResultsFile, clean_number
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,9 @@ class ResultsRecorder(L.Callback):
     - each test loop: its metrics (``test/*``, ``<set>/*`` for a further test set such as
       ``test_mismatched`` or an extra test file, or ``train/*_eval`` when the module evaluates
       the training split), ``breakdowns`` (accuracy per class, per overlap bucket and per
-      ``data.group_fields`` group of each set, ``module.breakdown``) and, for the test split,
-      the confusion matrix (a W&B table too).
+      ``data.group_fields`` group of each set, ``module.breakdown``), ``predictions`` (each
+      example's predicted and gold class, compact: ``predictions.py``) and, for the test
+      split, the confusion matrix (a W&B table too).
 
     ``metrics`` holds everything recorded so far; ``pipeline.train`` returns it.
     """
@@ -110,6 +112,11 @@ class ResultsRecorder(L.Callback):
             self.results.update(labels=pl_module.label_names)
         if pl_module.breakdowns:  # accuracy per class and per group of each test set
             self.results.update(breakdowns=dict(pl_module.breakdowns))
+        stored = pl_module.predictions.get(pl_module.eval_prefix)
+        if stored is not None:  # each example's prediction, in the set's order (compact)
+            entries = dict(self.results.data.get("predictions") or {})
+            entries[pl_module.eval_prefix] = predictions.entry(*stored)
+            self.results.update(predictions=entries)
         self.metrics.update(metrics)
         self.results.update(metrics=self.metrics)
         if trainer.is_global_zero:

@@ -23,7 +23,7 @@ from torch import nn
 from torchmetrics import MaxMetric, MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from entailment_lab.data.batching import GROUP_PREFIX, network_inputs
+from entailment_lab.data.batching import GROUP_PREFIX, ROW_KEY, network_inputs
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
 from entailment_lab.models.common import count_trainable_parameters
@@ -100,6 +100,10 @@ class ClassifierModule(L.LightningModule):
         self.group_names: dict[str, list[str]] = {}
         self.breakdowns: dict[str, dict[str, Any]] = {}
         self._tallies: dict[str, torch.Tensor] = {}  # name -> (groups, 2): [pairs, correct]
+        # Each test set's predicted and gold class ids in the order of the set (its rows), for
+        # paired significance tests (``predictions.py``): set name -> (predicted, gold).
+        self.predictions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._rows: list[torch.Tensor] = []  # per test batch: (batch, 3) [row, predicted, gold]
 
     # --- forward -------------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
@@ -214,6 +218,8 @@ class ClassifierModule(L.LightningModule):
         self.test_metrics.update(logits, batch["label"])
         self.test_confusion.update(logits, batch["label"])
         self._tally_groups(batch, logits)
+        if ROW_KEY in batch:
+            self._rows.append(torch.stack([batch[ROW_KEY], logits.argmax(-1), batch["label"]], 1))
         self.log(self.eval_name("loss"), self.test_loss, on_step=False, on_epoch=True)
         for name, metric in self.test_metrics.items():
             if not _per_class(metric):
@@ -234,6 +240,28 @@ class ClassifierModule(L.LightningModule):
         if self.eval_split != "train":  # not the eval-mode pass over the training split
             self._log_per_class(self.eval_prefix, self.test_metrics)
             self.breakdowns[self.eval_prefix] = self.breakdown()
+            self._store_predictions()
+
+    def _store_predictions(self) -> None:
+        """Put the test loop's predictions in row order (``predictions``); a loop that did not
+        see every row of its set (``limit_test_batches``) stores none."""
+        self.predictions.pop(self.eval_prefix, None)
+        if not self._rows:
+            return
+        table = torch.cat(self._rows)
+        size = len(getattr(self.trainer.test_dataloaders, "dataset", ()))  # the whole set
+        if size <= int(table[:, 0].max()):
+            return
+        full = torch.full((size, 2), -1, dtype=torch.long, device=table.device)
+        full[table[:, 0]] = table[:, 1:]
+        if self.trainer.world_size > 1:  # every rank tested its own batches: merge by row
+            full = self.all_gather(full).max(0).values
+        if (full < 0).any():
+            log.info("%s: predictions not recorded (%d of the set's %d rows tested)",
+                     self.eval_prefix, int((full[:, 0] >= 0).sum()), size)
+            return
+        full = full.cpu().numpy()
+        self.predictions[self.eval_prefix] = (full[:, 0], full[:, 1])
 
     def breakdown(self) -> dict[str, Any]:
         """The finished test loop's accuracy per gold class (from the confusion matrix) and
@@ -256,6 +284,7 @@ class ClassifierModule(L.LightningModule):
     def on_test_epoch_start(self) -> None:
         self.test_confusion.reset()
         self._tallies = {}
+        self._rows = []
         for metric in self.test_metrics.values():  # logged per test set, not over several
             if _per_class(metric):
                 metric.reset()

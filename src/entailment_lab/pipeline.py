@@ -18,6 +18,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from entailment_lab import predictions
 from entailment_lab.callbacks import EpochSeed, ResultsRecorder
 from entailment_lab.checkpoints import checkpoint_metadata
 from entailment_lab.config import (
@@ -327,15 +328,18 @@ def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     metrics: dict[str, Any] = {}
     breakdowns: dict[str, Any] = {}
     confusion: list[list[int]] = []
+    stored: dict[str, Any] = {}
     for name in [cfg.split, *add_extra_tests(cfg, datamodule)]:
         module.group_names = datamodule.group_names_of(name)
         trainer.test(module, dataloaders=datamodule.dataloader(name))
         metrics.update({f"{name}/{k.removeprefix('test/')}": clean_number(v)
                         for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
         breakdowns[name] = module.breakdowns.get("test", {})
+        if "test" in module.predictions:  # each example's prediction (predictions.py)
+            stored[name] = predictions.entry(*module.predictions["test"])
         if name == cfg.split:
             confusion = module.test_confusion.compute().tolist()
     results.update(metrics=metrics, confusion_matrix=confusion, labels=module.label_names,
-                   breakdowns=breakdowns)
+                   breakdowns=breakdowns, predictions=stored)
     log.info("%s", metrics)
     return metrics

@@ -4,8 +4,10 @@ Run by hand, never by the tests (from the repository root, with our venv)::
 
     python tests/references/make_dcnn.py CHECKOUT --port-python PORT_PYTHON
 
-CHECKOUT is a checkout of FredericGodin/DynamicCNN@694cf6c with one edit for Python 3 (the
-folding layer's ``input_shape[2]/2`` -> ``//2``, twice, in ``DCNN/folding.py``); PORT_PYTHON is
+(or ``make references``: tests/references/README.md). CHECKOUT is a git clone of
+FredericGodin/DynamicCNN; the pinned commit (``UPSTREAM``) is exported from it and
+``patches/dynamiccnn.patch`` applied, the one edit for Python 3 (the folding layer's
+``input_shape[2]/2`` -> ``//2``, twice, in ``DCNN/folding.py``); PORT_PYTHON is
 an interpreter with Theano 1.0.5, Lasagne 0.2.dev1 (Lasagne/Lasagne@5d3c63c) and NumPy 1.19
 (Python 3.8 here). This file runs itself under PORT_PYTHON for the port's half
 (``--port-side``: NumPy, Theano and the port only, no torch) and under our venv for ours.
@@ -53,6 +55,8 @@ from pathlib import Path
 import numpy as np
 
 PORT = "FredericGodin/DynamicCNN@694cf6c"
+UPSTREAM = ("FredericGodin/DynamicCNN", "694cf6c3cb64fc9c3555f628d45af6de4386c666",
+            "dynamiccnn.patch", ("DCNN", "networks.py"))  # (its data files are not needed)
 VOCAB, DIM, CLASSES = 30, 12, 5
 WIDTHS, MAPS, K_TOP = (7, 5), (4, 6), 4
 LENGTHS = (1, 2, 4, 7, 12, 20, 31)  # layer-1 rows of 7 to 37 positions: sort and topk paths
@@ -187,7 +191,8 @@ def to_ours(w: dict, folds: tuple[bool, bool]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkout", help="FredericGodin/DynamicCNN checkout (see the docstring)")
+    parser.add_argument("checkout", help="a git clone of FredericGodin/DynamicCNN (the pinned "
+                        "commit is exported and patched); with --port-side, the prepared tree")
     parser.add_argument("--port-python", help="interpreter with Theano + Lasagne")
     parser.add_argument("--port-side", nargs=2, metavar=("WEIGHTS", "RESULTS"),
                         help=argparse.SUPPRESS)
@@ -196,6 +201,8 @@ def main() -> None:
     if args.port_side:
         port_side(args.checkout, *args.port_side)
         return
+    if not args.port_python:
+        parser.error("--port-python is required")
 
     import torch
     from torch import nn
@@ -206,7 +213,10 @@ def main() -> None:
     ids = [rng.randint(0, VOCAB, size=s) for s in LENGTHS]
     two, one = (True, True), (False, True)
     w_two, w_one = draw_port_weights(rng, two), draw_port_weights(rng, one)
+    from upstream import Upstream  # this folder's (sys.path[0]); not on the port's side
+
     with tempfile.TemporaryDirectory() as tmp:
+        code = Upstream(*UPSTREAM).prepare(Path(args.checkout), Path(tmp, "upstream"))
         weights, results = Path(tmp, "weights.npz"), Path(tmp, "results.npz")
         arrays = {f"two_folds_{k}": v for k, v in w_two.items()}
         arrays.update({f"one_fold_{k}": v for k, v in w_one.items()})
@@ -214,7 +224,7 @@ def main() -> None:
         np.savez(weights, **arrays)
         env = dict(os.environ)
         env.setdefault("THEANO_FLAGS", "floatX=float64,blas.ldflags=")
-        subprocess.run([args.port_python, __file__, args.checkout, "--port-side", str(weights),
+        subprocess.run([args.port_python, __file__, str(code), "--port-side", str(weights),
                         str(results)], check=True, env=env)
         port = dict(np.load(results).items())
     print("port:", port.pop("versions"))

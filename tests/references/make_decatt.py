@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -32,7 +33,12 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from upstream import Upstream  # noqa: E402 (this folder is sys.path[0])
+
 from entailment_lab.models.decatt import DecomposableAttention  # noqa: E402
+
+UPSTREAM = Upstream("libowen2121/SNLI-decomposable-attention",
+                    "5ac3eacf7862ffebe480b3dd1d2dd29671c8a18f")  # used unmodified
 
 VOCAB, EMBEDDING, HIDDEN, CLASSES = 30, 12, 10, 3
 PARA_INIT = 0.3  # the port's N(0, para_init²) init; its default 0.01 gives near-uniform outputs
@@ -69,11 +75,18 @@ def copy_weights(ours: DecomposableAttention, port_encoder: nn.Module, port_atte
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("port", type=Path,
-                        help="checkout of libowen2121/SNLI-decomposable-attention")
+    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
+                        "(its pinned commit is exported)")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("decatt.pt"))
     args = parser.parse_args()
-    encoder_cls, atten_cls = load_port(args.port)
+    with tempfile.TemporaryDirectory() as tmp:
+        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+
+
+def make(code: Path, out: Path) -> None:
+    """Build both models, run them, write the fixture to ``out``; ``code``: the prepared
+    third-party tree."""
+    encoder_cls, atten_cls = load_port(code)
 
     torch.manual_seed(0)
     port_encoder = encoder_cls(VOCAB, EMBEDDING, HIDDEN, PARA_INIT).double().eval()
@@ -119,8 +132,8 @@ def main() -> None:
         "premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids, "hypothesis_mask": h_mask,
         "port_log_probabilities": theirs.clone(),
     }
-    torch.save(fixture, args.out)
-    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
+    torch.save(fixture, out)
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

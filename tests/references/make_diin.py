@@ -8,11 +8,15 @@ same file with ``--tf-side``; that half imports no torch and nothing of this pro
     PYTHONPATH=src python tests/references/make_diin.py /path/to/DIIN-checkout \\
         --tf-python /path/to/py37-tf1.15/bin/python
 
-The checkout is YichenGong/Densely-Interactive-Inference-Network@cb2c23b, unmodified. Its
-adaptations are made at run time, below (``tf_side``), and listed in docs/models/diin.md:
-``_linear``'s import path of TensorFlow 1.15, the 47-d POS input given zero width (we have no
-POS tags), and, for the second of the two graphs, the encoder outputs multiplied by the
-sentence masks before the interaction layer (the authors' code does not mask padding).
+(or ``make references``: tests/references/README.md). The checkout is a git clone of
+YichenGong/Densely-Interactive-Inference-Network; its pinned commit (``UPSTREAM``) is exported
+and ``patches/diin.patch`` applied, the adaptations listed in docs/models/diin.md: ``_linear``'s
+import path of TensorFlow 1.15, the 47-d POS input's width a setting (``config.pos_width``,
+0 here: we have no POS tags), and a switch (``config.mask_padding``, on for the second of the
+two graphs) that multiplies the encoder outputs by the sentence masks before the interaction
+layer (the authors' code does not mask padding). Until the fixture was regenerated through
+the patch these three were made at run time (monkey-patching); the patch makes the same
+operations, but it has not been run here (no Python 3.7 with TensorFlow 1.15 on this machine).
 
 Our model is built with small sizes and random weights (random biases too, so every bias is
 carried over), its weights are written in the authors' variable layout, both run five SNLI
@@ -32,6 +36,8 @@ from pathlib import Path
 import numpy as np
 
 OUT = Path(__file__).with_name("diin.pt")
+UPSTREAM = ("YichenGong/Densely-Interactive-Inference-Network",
+            "cb2c23bc1aca7cafb523104b0db07df2332a877a", "diin.patch", ("python",))
 EMB_DIM = 8
 CONFIG = {  # our constructor's arguments; the authors' flags of the same sizes are in TF_FLAGS
     "sequence_length": 16, "char_dim": 4, "char_filters": 6, "char_width": 3,
@@ -135,7 +141,7 @@ def their_variables(model: object) -> dict[str, np.ndarray]:
     return out
 
 
-def make(upstream: Path, tf_python: str) -> None:
+def make(upstream: Path, tf_python: str, out: Path = OUT) -> None:
     import torch
     from torch import nn
 
@@ -210,8 +216,8 @@ def make(upstream: Path, tf_python: str) -> None:
         "hypothesis": hypothesis, "hypothesis_mask": hypothesis_mask,
         "their_inputs": feed,
         "logits_masked": masked, "logits_released": released,
-    }, OUT)
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    }, out)
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,22 +229,9 @@ def tf_side(upstream: Path, weights: str, inputs: str, result: str) -> None:
     sys.path.insert(0, str(upstream / "python"))
     sys.argv = [sys.argv[0], "DIIN", "transfer", *TF_FLAGS]  # their parameters.py reads argv
     import tensorflow as tf
-    import tensorflow.contrib.rnn.python.ops.rnn_cell as rnn_cell
-    from tensorflow.contrib.rnn.python.ops import core_rnn_cell
 
-    # Adaptation 1: their my/tensorflow/nn.py imports `_linear` from rnn_cell; TensorFlow 1.15
-    # has it in core_rnn_cell.
-    rnn_cell._linear = core_rnn_cell._linear
-    # Adaptation 2: the 47-d POS one-hot placeholders get width 0 (we have no POS tags; fed
-    # as zeros they would still widen every encoder layer by 47).
-    placeholder = tf.placeholder
-
-    def no_pos_placeholder(dtype, shape=None, name=None):  # tf.placeholder's signature
-        if name in ("premise_pos", "hypothesis_pos"):
-            shape = [*shape[:-1], 0]
-        return placeholder(dtype, shape, name=name)
-
-    tf.placeholder = no_pos_placeholder
+    # patches/diin.patch: _linear from core_rnn_cell (TensorFlow 1.15's place), the POS width
+    # a setting, and the padding mask a switch.
     their_module = importlib.import_module("models.DIIN")  # their python/models/DIIN.py
     from util import parameters
 
@@ -246,18 +239,14 @@ def tf_side(upstream: Path, weights: str, inputs: str, result: str) -> None:
     values = dict(np.load(weights))
     x = dict(np.load(inputs))
     config.char_vocab_size = values["char_emb/char_emb_mat:0"].shape[0]
-    released_interaction = their_module.bi_attention_mx
-
-    def masked_interaction(config, is_train, p, h, p_mask=None, h_mask=None,
-                           scope=None):
-        # Adaptation 3 (second graph only): zero the encoder outputs at padding, as ours does.
-        return released_interaction(config, is_train, p * p_mask, h * h_mask,
-                                    p_mask=p_mask, h_mask=h_mask, scope=scope)
+    # The 47-d POS one-hot placeholders get width 0 (we have no POS tags; fed as zeros they
+    # would still widen every encoder layer by 47).
+    config.pos_width = 0
 
     logits = {}
-    for variant, interaction in (("released", released_interaction),
-                                 ("masked", masked_interaction)):
-        their_module.bi_attention_mx = interaction
+    for variant, mask_padding in (("released", False), ("masked", True)):
+        # second graph only: the encoder outputs zero at padding, as ours are
+        config.mask_padding = mask_padding
         config.keep_rate = 1.0  # MyModel replaces it with a tensor of the graph it builds
         with tf.Graph().as_default():
             emb = values["emb/emb_var/Variable:0"]
@@ -288,7 +277,10 @@ def tf_side(upstream: Path, weights: str, inputs: str, result: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("upstream", type=Path, help="the authors' checkout (python/models/DIIN.py)")
+    parser.add_argument("upstream", type=Path, help="a git clone of the authors' repository (the "
+                        "pinned commit is exported and patched); with --tf-side, the prepared "
+                        "tree")
+    parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--tf-python", default=None,
                         help="a Python 3.7 with tensorflow-cpu 1.15.0 and numpy < 1.19")
     parser.add_argument("--tf-side", nargs=3, metavar=("WEIGHTS", "INPUTS", "RESULT"),
@@ -299,7 +291,10 @@ def main() -> None:
     else:
         if not args.tf_python:
             parser.error("--tf-python is required")
-        make(args.upstream, args.tf_python)
+        from upstream import Upstream  # this folder's (sys.path[0]); not on the TF side
+
+        with tempfile.TemporaryDirectory() as tmp:
+            make(Upstream(*UPSTREAM).prepare(args.upstream, Path(tmp)), args.tf_python, args.out)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import argparse
 import collections
 import importlib.util
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -39,7 +40,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from upstream import Upstream  # noqa: E402 (this folder is sys.path[0])
+
 from entailment_lab.models.hyperlstm import HyperLSTM  # noqa: E402
+
+UPSTREAM = Upstream("hardmaru/supercell", "063b01e75e6e8af5aeb0aac5cc583948f5887dd1",
+                    paths=("supercell.py",))  # unmodified; its one file (no assets)
 
 SIZES = {"input_size": 10, "hidden_size": 12, "hyper_size": 8, "embedding_size": 4}
 LENGTHS = [7, 3, 5, 1, 6]
@@ -161,10 +167,18 @@ def run_supercell(supercell: types.ModuleType, weights: dict[str, np.ndarray],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("supercell", type=Path, help="checkout of hardmaru/supercell")
+    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
+                        "(its pinned commit is exported)")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("hyperlstm.pt"))
     args = parser.parse_args()
-    supercell = load_supercell(args.supercell)
+    with tempfile.TemporaryDirectory() as tmp:
+        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+
+
+def make(code: Path, out: Path) -> None:
+    """Build both cells, run them, write the fixture to ``out``; ``code``: the prepared
+    third-party tree."""
+    supercell = load_supercell(code)
 
     torch.manual_seed(0)
     batch, length = len(LENGTHS), max(LENGTHS)
@@ -190,8 +204,8 @@ def main() -> None:
             "supercell_final_h": theirs.clone(),
             "supercell_parameter_count": count,
         }
-    torch.save(fixture, args.out)
-    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
+    torch.save(fixture, out)
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
+from upstream import Upstream
 
 from entailment_lab.models.lstm import LSTMEncoderClassifier
 
 OUT = Path(__file__).with_name("lstm.pt")
+UPSTREAM = Upstream("facebookresearch/InferSent",
+                    "48fe28847b9927f22cb85e1121454336b46af860", "infersent.patch")
 VOCAB, EMB, HIDDEN, FC = 30, 10, 12, 16
 CONFIG = {"hidden_size": HIDDEN, "mlp_size": FC, "mlp_layers": 2, "dropout": 0.1}
 # InferSent's keys for LSTMEncoder + the nonlinear classifier (train_nli.py's config_nli_model).
@@ -53,9 +57,18 @@ def their_batch(vectors: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("infersent", type=Path, help="the InferSent checkout (models.py)")
+    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
+                        "(its pinned commit is exported and patched)")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    sys.path.insert(0, str(args.infersent))
+    with tempfile.TemporaryDirectory() as tmp:
+        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+
+
+def make(code: Path, out: Path) -> None:
+    """Build both models, run them, write the fixture to ``out``; ``code``: the prepared
+    third-party tree."""
+    sys.path.insert(0, str(code))
     from models import NLINet  # InferSent's models.py
 
     torch.manual_seed(48)
@@ -98,8 +111,8 @@ def main() -> None:
         "premise": premise, "premise_mask": premise_mask,
         "hypothesis": hypothesis, "hypothesis_mask": hypothesis_mask,
         "logits": their_logits,
-    }, OUT)
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    }, out)
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

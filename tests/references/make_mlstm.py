@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
+from upstream import Upstream
 
 from entailment_lab.models.mlstm import MatchLSTM
 
 OUT = Path(__file__).with_name("mlstm.pt")
+UPSTREAM = Upstream("donghyeonk/match-lstm",
+                    "f3886ab6832d738642e364be67bc36a6d7c42e5f", "match-lstm.patch")
 VOCAB, EMB, HIDDEN = 30, 10, 8
 PREMISE_LENGTHS, HYPOTHESIS_LENGTHS = (7, 3, 9, 1, 5), (4, 8, 2, 6, 1)
 LSTM_PARAMS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
@@ -80,9 +84,18 @@ def their_logits(theirs: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Te
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("port", type=Path, help="the donghyeonk/match-lstm checkout (model.py)")
+    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
+                        "(its pinned commit is exported and patched)")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    sys.path.insert(0, str(args.port))
+    with tempfile.TemporaryDirectory() as tmp:
+        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+
+
+def make(code: Path, out: Path) -> None:
+    """Build both models, run them, write the fixture to ``out``; ``code``: the prepared
+    third-party tree."""
+    sys.path.insert(0, str(code))
     from model import MatchLSTM as TheirMatchLSTM  # the port's model.py
 
     torch.set_default_dtype(torch.float64)  # the port makes its zero states in the default type
@@ -126,8 +139,8 @@ def main() -> None:
         "source": "donghyeonk/match-lstm@f3886ab model.MatchLSTM (+ mask_premise, null_premise)",
         "embeddings": vectors, "premise": premise, "premise_mask": premise_mask,
         "hypothesis": hypothesis, "hypothesis_mask": hypothesis_mask, "cases": cases,
-    }, OUT)
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    }, out)
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

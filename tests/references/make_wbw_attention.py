@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 from torch import nn
+from upstream import Upstream
 
 from entailment_lab.models.wbw_attention import WordByWordAttention
 
 OUT = Path(__file__).with_name("wbw_attention.pt")
+UPSTREAM = Upstream("codedecde/Recognizing-Textual-Entailment",
+                    "1908f9ebe20d73c97357739f7bc041503a4f6304", "rte-2to3.patch")
 VOCAB, EMB, K = 30, 10, 8
 CONFIG = {"hidden_size": K, "dropout": 0.1, "delimiter": True, "condition_on": "cell",
           "single_lstm_bias": False}
@@ -68,9 +72,18 @@ def copy_weights(ours: WordByWordAttention, theirs: nn.Module) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("rte", type=Path, help="the Recognizing-Textual-Entailment checkout")
+    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
+                        "(its pinned commit is exported and patched)")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    sys.path.insert(0, str(args.rte))
+    with tempfile.TemporaryDirectory() as tmp:
+        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+
+
+def make(code: Path, path: Path) -> None:
+    """Build both models, run them, write the fixture to ``path``; ``code``: the prepared
+    third-party tree."""
+    sys.path.insert(0, str(code))
     import rte_model  # its rte_model.py
 
     rte_model.dtype = torch.DoubleTensor  # its module-level tensor type, used for its zero states
@@ -114,8 +127,8 @@ def main() -> None:
         "premise": premise, "premise_mask": premise_mask,
         "hypothesis": hypothesis, "hypothesis_mask": hypothesis_mask,
         "logits": logits, "attention": alpha,
-    }, OUT)
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    }, path)
+    print(f"wrote {path} ({path.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

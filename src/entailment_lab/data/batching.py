@@ -114,16 +114,21 @@ def pad_ids(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Ten
 #: Batch keys that name an example's group for the evaluation breakdowns (``group/overlap``):
 #: read by the LightningModule, never passed to the network.
 GROUP_PREFIX = "group/"
+#: Batch key (and evaluation-split column) of each example's row in its split: batches are
+#: bucketed by length, and the test loop puts each prediction back in file order with it.
+ROW_KEY = "row"
 
 
 def network_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A batch less what no network reads: the labels and the ``group/`` ids."""
-    return {k: v for k, v in batch.items() if k != "label" and not k.startswith(GROUP_PREFIX)}
+    """A batch less what no network reads: the labels, the rows and the ``group/`` ids."""
+    return {k: v for k, v in batch.items()
+            if k not in ("label", ROW_KEY) and not k.startswith(GROUP_PREFIX)}
 
 
 class PadCollator:
     """Collate examples into ``{key: ids, key_mask: mask, ..., "label": labels}``, plus
-    ``group/<name>`` (int ids) for each of ``groups`` (columns ``group_<name>``).
+    ``group/<name>`` (int ids) for each of ``groups`` (columns ``group_<name>``) and the
+    examples' rows (``ROW_KEY``) where they carry them (evaluation splits).
 
     ``keys`` are the text keys (``premise``, ``hypothesis`` or ``sentence``); examples hold
     ``<key>_ids`` lists. A picklable class (not a closure) so DataLoader workers can use it.
@@ -141,4 +146,6 @@ class PadCollator:
         for group in self.groups:  # evaluation breakdowns, not network inputs
             batch[f"{GROUP_PREFIX}{group}"] = torch.tensor([ex[f"group_{group}"]
                                                             for ex in examples])
+        if examples and ROW_KEY in examples[0]:
+            batch[ROW_KEY] = torch.tensor([ex[ROW_KEY] for ex in examples], dtype=torch.long)
         return batch

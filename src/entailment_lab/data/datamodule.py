@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import torch
 from torch.utils.data import DataLoader
 
-from entailment_lab.data.batching import BucketBatchSampler, PadCollator
+from entailment_lab.data.batching import ROW_KEY, BucketBatchSampler, PadCollator
 from entailment_lab.data.sources import (
     download_hub_dataset,
     load_hub_splits,
@@ -217,7 +217,8 @@ class TextDataModule(L.LightningDataModule):
             {"overlap": list(OVERLAP_BUCKETS)} if self.pairs else {})
         self.split_group_names: dict[str, dict[str, list[str]]] = {}
         self.group_fields = list(group_fields)
-        clash = sorted(set(self.group_fields) & {*self.group_names, *self.keys, "label"})
+        clash = sorted(set(self.group_fields) & {*self.group_names, *self.keys, "label",
+                                                 ROW_KEY})
         if clash:
             raise ConfigError(f"data.group_fields: {clash} name a built-in breakdown or a batch "
                               "key; give the data's columns that group pairs, e.g. [genre]")
@@ -448,6 +449,8 @@ class TextDataModule(L.LightningDataModule):
             remove_columns=[f"{key}_tokens" for key in self.keys] + self.keys,
             desc=f"index {split}",
         )
+        if split != "train":  # each prediction back in its row (predictions.py)
+            ds = ds.add_column(ROW_KEY, np.arange(len(ds), dtype=np.int64))
         self._report_lengths(split, ds)
         return ds
 

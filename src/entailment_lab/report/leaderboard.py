@@ -44,6 +44,7 @@ from entailment_lab.report.rows import (
     group_rows,
     learning_curves,
 )
+from entailment_lab.report.significance import significance_table
 
 #: What the tables show, declared as data beside the paper rows (``paper_tables.py``).
 PROTOCOLS_FILE = Path(__file__).resolve().parents[1] / "protocols.yaml"
@@ -332,6 +333,8 @@ def generated_tables(results_dir: str | Path,
     tables.update({f"{data}_breakdown": breakdown_table(rows, data) for data in names})
     tables.update({f"{p.data}_learning_curve": learning_curve_table(rows, p.data, root)
                    for p in declarations.protocols if p.learning_curve})
+    # paired tests between the headline protocols' rows
+    tables["significance"] = significance_table(rows, declarations.headline_protocols)
     return tables
 
 
