@@ -37,6 +37,11 @@ from entailment_lab.models.common import (
 )
 from entailment_lab.models.kernels import tanh, tanh_
 
+# The public API: the network, its layers (each callable alone, as benchmarks/bench_din.py
+# times them) and ``Words``, the rows the layers pass between them
+__all__ = ["DIN", "Interaction", "MatrixControlGRU", "PaperGRU", "StaticControlGRU",
+           "Transformation", "VectorControlGRU", "Words", "make_gru", "minmax_normalise",
+           "time_major_rows"]
 GATES = ("z (update)", "r (reset)", "h (candidate)")  # rows of the gate-change map (Fig. 3)
 VARIANTS = ("din1", "din2", "static")
 CHOICES = {  # the reading knobs and their allowed values (docs/models/din.md), default first
