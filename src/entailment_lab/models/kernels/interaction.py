@@ -13,7 +13,7 @@ implementation gives the output shapes), and its operands are checked before any
 them (the kernel checks every index against the matrices it reads or writes).
 
 The forward keeps, for the backward, the rows sorted by premise length and every state S_0 ..
-S_L in one buffer (``saved``); the backward updates one gradient buffer in place step by step
+S_L (its outputs after the first); the backward updates one gradient buffer in place step by step
 and accumulates the weights' gradients in place, instead of autograd's new tensor and
 accumulation per operation and step. ``tests/test_din_model.py`` gradchecks it and
 ``tests/test_c_kernels.py`` checks the registrations (``torch.library.opcheck``) and compares
@@ -32,15 +32,6 @@ from entailment_lab.models.kernels.elementwise import tanh_
 from entailment_lab.models.kernels.record import note
 
 Shape = tuple[int, ...]
-
-
-def _offsets(rows: int, running: list[int]) -> list[int]:
-    """Where each block of ``saved`` starts: the sorted rows X (``rows``), S_0 (``rows``), then
-    S_τ after each step τ (``running[τ]`` rows); the last entry is the buffer's length."""
-    offsets = [0, rows, 2 * rows]
-    for n in running:
-        offsets.append(offsets[-1] + n)
-    return offsets
 
 
 def _check(name: str, X: torch.Tensor, W_p: torch.Tensor, pair: torch.Tensor,
@@ -65,25 +56,18 @@ def _check(name: str, X: torch.Tensor, W_p: torch.Tensor, pair: torch.Tensor,
 @torch.library.custom_op("entailment_lab::interaction", mutates_args=())
 def interaction(X: torch.Tensor, W_p: torch.Tensor, W_inter: torch.Tensor,
                 b_inter: torch.Tensor, pair: torch.Tensor, order: torch.Tensor,
-                running: list[int], hypothesis_init: bool, keep: bool
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                running: list[int], hypothesis_init: bool, keep: bool) -> list[torch.Tensor]:
     """Eq. 8, transposed: ``X`` = W̃_t^T of N rows (N, m, m), ``W_p`` = W̃'_τ^T time-major
     (len_p, batch, m, m), each row's ``pair`` (N,), ``order`` (N,) the rows by premise length,
-    longest first, and ``running[τ]`` the rows inside their premise at step τ -> ``(W^t_{ℓ_P})^T``
-    of every row (N, m, m), in X's order, and (``keep``) what the backward reads, else an empty
-    tensor. ``hypothesis_init``: S_0 = X, else 0."""
+    longest first, and ``running[τ]`` the rows inside their premise at step τ -> ``[(W^t_{ℓ_P})^T
+    of every row (N, m, m), in X's order]``, followed (``keep``) by what the backward reads:
+    the sorted rows, S_0 and the state after each step τ (``running[τ]`` rows), each its own
+    tensor (one buffer for all would be large enough for the C library to map fresh pages for
+    it every step). ``hypothesis_init``: S_0 = X, else 0."""
     _check("interaction", X, W_p, pair, order, running)
-    N, m = len(X), X.shape[-1]
     X, b_idx = X.index_select(0, order), pair.index_select(0, order)  # longest premise first
-    offsets = _offsets(N, running)
-    saved = X.new_empty(offsets[-1] if keep else 0, m, m)
-    if keep:
-        saved[:N] = X
-    S = saved[N: 2 * N] if keep else X.new_empty(N, m, m)  # (W^t_0)^T
-    if hypothesis_init:
-        S.copy_(X)
-    else:
-        S.zero_()
+    S = X.clone() if hypothesis_init else torch.zeros_like(X)  # (W^t_0)^T
+    saved = [X, S] if keep else []
     # b_inter^T contiguous: a transposed (m, m) bias broadcast over (n, m, m) takes PyTorch's
     # strided path, about 3× slower than the contiguous add
     W_inter_T, b_inter_T = W_inter.T.contiguous(), b_inter.T.contiguous()
@@ -94,45 +78,42 @@ def interaction(X: torch.Tensor, W_p: torch.Tensor, W_inter: torch.Tensor,
         if n < len(S):  # rows n.. have passed their premise's end: S is (W^t_{ℓ_P})^T
             finished.append(S[n:])
             S = S[:n]
-        pre = saved[offsets[tau + 2]: offsets[tau + 3]] if keep else torch.empty_like(S)
         if kernel:  # the whole pre-activation in one pass, each row's W̃'_τ^T read in place
-            small_products.bias_product_gathered_(pre, b_inter_T, S, W_inter_T, X[:n],
-                                                  W_p[tau], b_idx[:n])
+            pre = small_products.bias_product_gathered_(torch.empty_like(S), b_inter_T, S,
+                                                        W_inter_T, X[:n], W_p[tau], b_idx[:n])
         else:
-            torch.matmul(S, W_inter_T, out=pre).add_(b_inter_T)
+            pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
             pre.baddbmm_(X[:n], W_p[tau].index_select(0, b_idx[:n]))
         S = tanh_(pre)
+        if keep:
+            saved.append(S)
     S = torch.cat([S, *reversed(finished)])  # all N rows, sorted
-    return torch.empty_like(S).index_copy_(0, order, S), saved  # X's order
+    return [torch.empty_like(S).index_copy_(0, order, S), *saved]  # X's order
 
 
 @interaction.register_fake
 def _(X: torch.Tensor, W_p: torch.Tensor, W_inter: torch.Tensor, b_inter: torch.Tensor,
       pair: torch.Tensor, order: torch.Tensor, running: list[int], hypothesis_init: bool,
-      keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+      keep: bool) -> list[torch.Tensor]:
     _check("interaction", X, W_p, pair, order, running)
-    return torch.empty_like(X), X.new_empty(_offsets(len(X), running)[-1] if keep else 0,
-                                            *X.shape[1:])
+    rows = [len(X), len(X), len(X), *running] if keep else [len(X)]
+    return [X.new_empty(n, *X.shape[1:]) for n in rows]
 
 
 @torch.library.custom_op("entailment_lab::interaction_backward", mutates_args=())
-def interaction_backward(grad: torch.Tensor, saved: torch.Tensor, W_p: torch.Tensor,
+def interaction_backward(grad: torch.Tensor, saved: list[torch.Tensor], W_p: torch.Tensor,
                          W_inter: torch.Tensor, pair: torch.Tensor, order: torch.Tensor,
                          running: list[int], hypothesis_init: bool
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of ``interaction``'s inputs X, W_p, W_inter, b_inter from ``grad``, the
-    gradient of its output, and ``saved``, what its forward kept."""
+    gradient of its first output, and ``saved``, the rest of its outputs."""
     N, m = len(grad), grad.shape[-1]
     _check("interaction_backward", grad, W_p, pair, order, running)
-    offsets = _offsets(N, running)
-    if saved.shape != (offsets[-1], m, m):
-        raise ValueError(f"entailment_lab::interaction_backward: saved must be "
-                         f"({offsets[-1]}, {m}, {m}), got {tuple(saved.shape)}")
-    X, b_idx = saved[:N], pair.index_select(0, order)
-
-    def state(k: int) -> torch.Tensor:  # S_k: S_0, then the state after step k - 1
-        return saved[offsets[k + 1]: offsets[k + 2]]
-
+    if [len(t) for t in saved] != [N, N, *running]:
+        raise ValueError(f"entailment_lab::interaction_backward: saved must hold {N}, {N} and "
+                         f"then {running} rows, got {[len(t) for t in saved]}")
+    X, *states = saved  # states[k]: S_0, then the state after step k - 1
+    b_idx = pair.index_select(0, order)
     G = grad.index_select(0, order)  # dL/dS_τ of each (sorted) row at the step being undone
     grad_X, grad_W_p = torch.zeros_like(X), torch.zeros_like(W_p)
     grad_W_inter_T, grad_b_T = W_inter.new_zeros(m, m), W_inter.new_zeros(m, m)
@@ -144,8 +125,8 @@ def interaction_backward(grad: torch.Tensor, saved: torch.Tensor, W_p: torch.Ten
         n = running[tau]
         # Rows [:n] ran step τ; G holds dL/dS_τ (written by step τ+1, or the output's gradient
         # for rows whose premise ended at τ).
-        d = torch.ops.aten.tanh_backward(G[:n], state(tau + 1))  # dL/d(pre-activation)
-        S_prev, X_n = state(tau)[:n], X[:n]
+        d = torch.ops.aten.tanh_backward(G[:n], states[tau + 1])  # dL/d(pre-activation)
+        S_prev, X_n = states[tau][:n], X[:n]
         if kernel:  # the four products of the branch below, gathers and scatters included
             small_products.gathered_product_t_add_(grad_X[:n], d, W_p[tau], b_idx[:n])
             small_products.scattered_t_product_add_(grad_W_p[tau], X_n, d, b_idx[:n])
@@ -166,28 +147,28 @@ def interaction_backward(grad: torch.Tensor, saved: torch.Tensor, W_p: torch.Ten
 
 
 @interaction_backward.register_fake
-def _(grad: torch.Tensor, saved: torch.Tensor, W_p: torch.Tensor, W_inter: torch.Tensor,
+def _(grad: torch.Tensor, saved: list[torch.Tensor], W_p: torch.Tensor, W_inter: torch.Tensor,
       pair: torch.Tensor, order: torch.Tensor, running: list[int], hypothesis_init: bool
       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return (torch.empty_like(grad), torch.empty_like(W_p), torch.empty_like(W_inter),
             torch.empty_like(W_inter))
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: list[torch.Tensor]) -> None:
     _, W_p, W_inter, _, pair, order, running, hypothesis_init, keep = inputs
     if not keep:
         raise RuntimeError("entailment_lab::interaction: gradients need keep=True")
-    ctx.save_for_backward(output[1], W_p, W_inter, pair, order)
+    ctx.save_for_backward(W_p, W_inter, pair, order, *output[1:])
     ctx.running, ctx.hypothesis_init = running, hypothesis_init
-    ctx.mark_non_differentiable(output[1])
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)  # no zero-filled gradients for the kept states
 
 
-def _backward(ctx: Any, grad: torch.Tensor, _grad_saved: torch.Tensor | None
-              ) -> tuple[torch.Tensor | None, ...]:
-    saved, W_p, W_inter, pair, order = ctx.saved_tensors
-    grads = interaction_backward(grad.contiguous(), saved, W_p, W_inter, pair, order,
-                                 ctx.running, ctx.hypothesis_init)
-    return (*grads, None, None, None, None, None)
+def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[torch.Tensor | None, ...]:
+    W_p, W_inter, pair, order, *saved = ctx.saved_tensors
+    grad = grads[0].contiguous() if grads[0] is not None else torch.zeros_like(saved[0])
+    return (*interaction_backward(grad, saved, W_p, W_inter, pair, order, ctx.running,
+                                  ctx.hypothesis_init), None, None, None, None, None)
 
 
 interaction.register_autograd(_backward, setup_context=_setup_context)
@@ -204,7 +185,7 @@ def _interaction_flops(X: Shape, W_p: Shape, W_inter: Shape, b_inter: Shape, pai
 
 
 @register_flop_formula(torch.ops.entailment_lab.interaction_backward)
-def _interaction_backward_flops(grad: Shape, saved: Shape, W_p: Shape, W_inter: Shape,
+def _interaction_backward_flops(grad: Shape, saved: list[Shape], W_p: Shape, W_inter: Shape,
                                 pair: Shape, order: Shape, running: list[int], *args: Any,
                                 **kwargs: Any) -> int:
     return 2 * sum(running) * _flops_per_row_step(grad[-1])
