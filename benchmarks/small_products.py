@@ -18,7 +18,6 @@ answers: is ``torch.bmm``'s rate for these products this CPU's limit? Needs the 
 from __future__ import annotations
 
 import argparse
-import logging
 import platform
 import statistics
 import sys
@@ -30,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from entailment_lab.models import kernels
 from entailment_lab.models.kernels import small_products
 from entailment_lab.threads import keep_freed_memory
 
@@ -80,14 +80,16 @@ def main() -> None:
                      "the kernel is built for")
     torch.set_num_threads(1)
     keep_freed_memory()  # training's memory policy: torch's step allocates its outputs anew
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    if not small_products.available(torch.zeros(1, args.dims[0], args.dims[0])):
-        print("small_products: not measured (the C kernel is not built here, see the line above; "
-              "it needs a C compiler and a CPU with AVX-512F/VL)")
+    built = small_products.available(torch.zeros(1, args.dims[0], args.dims[0]))
+    build = kernels.native_status().get("small_products", "torch: not looked up")
+    if not built:
+        print(f"small_products: not measured (the C kernel is not built here: "
+              f"{build.removeprefix('torch: ')}; it needs a C compiler and a CPU with "
+              "AVX-512F/VL)")
         sys.exit(3)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, one "
           f"thread; n = {args.n} rows a step (two products each), {args.reps} steps x "
-          f"{args.rounds} rounds")
+          f"{args.rounds} rounds; the kernel: {build}")
     print("m    torch us/product  GFLOP/s | C kernel us/product  GFLOP/s | speed-up | "
           "max |kernel - torch|")
     for m in args.dims:
