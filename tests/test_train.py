@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ProgressBar
 from entailment_lab.errors import ConfigError
 from entailment_lab.pipeline import build_callbacks, evaluate, load_trained, train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+from tests.entry_points import run_entry_point
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 
@@ -147,9 +146,9 @@ def test_bad_dim_is_a_config_error(pair_files, tmp_path):
 
 
 def run_cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, str(REPO / "src" / "train.py"), *args], cwd=cwd,
-                          env=environment, capture_output=True, text=True, timeout=600)
+    """``python src/train.py ARGS``, in this process (tests/entry_points.py)."""
+    return run_entry_point("src/train.py", args, cwd=cwd,
+                           env={"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", **(env or {})})
 
 
 def test_cli_user_error_is_one_line_without_traceback(tmp_path):
