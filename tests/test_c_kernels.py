@@ -149,7 +149,7 @@ def test_bad_operands_are_refused_with_a_message():
         small_products.fixed_product_(C, A.double(), B[0])
     with pytest.raises(ValueError, match=r"W must be \(20, 20\), got \(3, 20, 20\)"):
         small_products.fixed_product_(C, A, B)
-    with pytest.raises(ValueError, match=r"C must be \(4, 20, 20\), got \(3, 20, 20\)"):
+    with pytest.raises(ValueError, match=r"out must be \(4, 20, 20\), got \(3, 20, 20\)"):
         small_products.gathered_product_t_add_(C[:3], A, B, idx)
     with pytest.raises(ValueError, match=r"one entry per row \(4\), got torch.int32 of shape"):
         small_products.scattered_t_product_add_(B.clone(), A, C, idx.int())

@@ -87,33 +87,36 @@ def _raise_if_outside(name: str, bad: int, idx: torch.Tensor, k: int) -> None:
                          f"matrices it indexes")
 
 
+def _indexed(name: str, out: torch.Tensor, A: torch.Tensor, B: torch.Tensor, idx: torch.Tensor,
+             indexed: torch.Tensor) -> torch.Tensor:
+    """Check the operands and call the kernel ``name`` (without its trailing ``_``), whose
+    ``idx`` indexes ``indexed`` (``out`` or ``B``): (m, n, A, B, k, idx, out)."""
+    n, m = len(A), A.shape[-1]
+    _check(name, n, m, idx, out=(out, None if out is indexed else n), A=(A, n),
+           B=(B, None if B is indexed else n))
+    bad = getattr(_library(), name.rstrip("_"))(m, n, pointer(A), pointer(B), len(indexed),
+                                                pointer(idx), pointer(out))
+    _raise_if_outside(name, bad, idx, len(indexed))
+    return out
+
+
 def gathered_product_t_add_(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
                             idx: torch.Tensor) -> torch.Tensor:
     """``C[r] += A[r] @ B[idx[r]]^T`` in place: C, A (n, m, m), B (k, m, m), idx (n,)."""
-    n, m = len(A), A.shape[-1]
-    _check("gathered_product_t_add_", n, m, idx, C=(C, n), A=(A, n), B=(B, None))
-    bad = _library().gathered_product_t_add(m, n, pointer(A), pointer(B), len(B), pointer(idx),
-                                            pointer(C))
-    _raise_if_outside("gathered_product_t_add_", bad, idx, len(B))
-    return C
+    return _indexed("gathered_product_t_add_", C, A, B, idx, indexed=B)
 
 
 def scattered_t_product_add_(G: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                              idx: torch.Tensor) -> torch.Tensor:
     """``G[idx[r]] += A[r]^T @ D[r]`` in place, rows with the same idx summed: G (k, m, m),
     A, D (n, m, m), idx (n,) (the gradient of a gathered product's second factor)."""
-    n, m = len(A), A.shape[-1]
-    _check("scattered_t_product_add_", n, m, idx, G=(G, None), A=(A, n), D=(D, n))
-    bad = _library().scattered_t_product_add(m, n, pointer(A), pointer(D), len(G), pointer(idx),
-                                             pointer(G))
-    _raise_if_outside("scattered_t_product_add_", bad, idx, len(G))
-    return G
+    return _indexed("scattered_t_product_add_", G, A, D, idx, indexed=G)
 
 
 def fixed_product_(C: torch.Tensor, A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """``C[r] = A[r] @ W``, written into C: C, A (n, m, m), W (m, m)."""
     n, m = len(A), A.shape[-1]
-    _check("fixed_product_", n, m, C=(C, n), A=(A, n), W=(W, 0))
+    _check("fixed_product_", n, m, out=(C, n), A=(A, n), W=(W, 0))
     _library().fixed_product(m, n, pointer(A), pointer(W), pointer(C))
     return C
 
@@ -123,8 +126,8 @@ def bias_product_gathered_(C: torch.Tensor, bias: torch.Tensor, S: torch.Tensor,
     """``C[r] = bias + S[r] @ W + A[r] @ B[idx[r]]``, written into C: C, S, A (n, m, m), bias
     and W (m, m), B (k, m, m), idx (n,) int64 (DIN's interaction pre-activation, Eq. 8)."""
     n, m = len(A), A.shape[-1]
-    _check("bias_product_gathered_", n, m, idx, C=(C, n), bias=(bias, 0), S=(S, n), W=(W, 0),
-           A=(A, n), B=(B, None))
+    _check("bias_product_gathered_", n, m, idx, out=(C, n), bias=(bias, 0), S=(S, n),
+           W=(W, 0), A=(A, n), B=(B, None))
     bad = _library().bias_product_gathered(m, n, pointer(bias), pointer(S), pointer(W),
                                            pointer(A), pointer(B), len(B), pointer(idx),
                                            pointer(C))
