@@ -76,7 +76,7 @@ def numeric_path(device: torch.device | str, since: Counter[tuple[str, str]] | N
     if device.type == "cuda" and torch.cuda.is_available():
         name += f": {torch.cuda.get_device_name(device)}"
     ran = kernels_ran(since)
-    native = kernels.native_status() if ran else {}  # built (compiler, flags) or why not
+    native = kernels.native_status() if ran else {}  # how it is built here, or why not
     return {"torch": torch.__version__, "device": name, "cpu": cpu(), **cpu_policy(),
             "kernels": ran, "native_kernels": dict(sorted(native.items())),
             "determinism": determinism()}

@@ -24,17 +24,24 @@ docs/notes/din-speed-2026-11.md).
 from __future__ import annotations
 
 from entailment_lab.models.kernels import interaction as _interaction
+from entailment_lab.models.kernels import native, small_products
 from entailment_lab.models.kernels.control import control_loop
 from entailment_lab.models.kernels.elementwise import tanh, tanh_
 from entailment_lab.models.kernels.gru import autocast_enabled, gru_outputs
 from entailment_lab.models.kernels.native import disabled
-from entailment_lab.models.kernels.native import status as native_status
 from entailment_lab.models.kernels.record import calls
 
 __all__ = ["applies", "calls", "control_loop", "disabled", "gru_outputs", "interaction",
            "native_status", "tanh", "tanh_"]
 
 interaction = _interaction.run
+
+
+def native_status() -> dict[str, str]:
+    """How each native kernel is built on this machine (compiler and flags), or why torch
+    computes instead; built or looked up now if this process has not yet."""
+    small_products._library()
+    return native.status()
 
 
 def applies() -> bool:
