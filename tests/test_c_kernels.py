@@ -220,6 +220,25 @@ def test_the_interaction_operator_counts_its_flops_and_reports_what_ran():
         assert ran == {("interaction", path): 1, ("interaction_backward", path): 1}, ran
 
 
+@pytest.mark.parametrize("init", [False, True])
+def test_the_interaction_operator_equals_the_models_reference_loop(init):
+    """``kernels.interaction`` against ``din._interaction_loop`` (autograd over torch's
+    operations, what the model runs under autocast and for its analysis maps), float64:
+    outputs and every input's gradient."""
+    from entailment_lab.models.din import _interaction_loop
+
+    X, W_p, W_inter, b_inter, pair, order, running, _, _ = operator_inputs(3, torch.float64)
+    leaves = (X, W_p, W_inter, b_inter)
+    ours = kernels.interaction(X, W_p, W_inter, b_inter, pair, order, running, init)
+    theirs = _interaction_loop(X[order], W_p, W_inter, b_inter, pair[order], running, init)[0]
+    theirs = theirs[torch.argsort(order)]
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-14)
+    weights = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad((ours * weights).sum(), leaves),
+                    torch.autograd.grad((theirs * weights).sum(), leaves), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+
+
 def test_the_operator_refuses_inconsistent_operands():
     X, W_p, W_inter, b_inter, pair, order, running, init, keep = operator_inputs(3, torch.float64)
     with pytest.raises(ValueError, match=r"entailment_lab::interaction: W_p must be "
