@@ -41,8 +41,10 @@ references: install
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
 
+# The suite on every core (pytest-xdist); tests sharing a module's trained run stay together
+# (tests/conftest.py: SHARED_RUNS). A plain `pytest` runs serially.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadgroup
 
 # What CI runs after the tests: the user-facing DIN sweep (6 jobs) on the bundled demo corpus
 # with a tiny budget, then the report on that multirun folder, which must hold 6 result rows;

@@ -5,8 +5,8 @@ training loader's order, every ``stride``-th batch of an epoch), padded to ``--s
 tokens as in training, with the same initial weights:
 
 - ``now``: ``entailment_lab.models.diin`` as checked out;
-- ``6555cd6``: ``benchmarks/baselines/diin_6555cd6.py``, a frozen copy of the model file at
-  that commit (the plain computation over the whole 48×48 interaction image).
+- ``6555cd6``: ``src/entailment_lab/models/diin.py`` at that commit, read with ``git show``
+  (the plain computation over the whole 48×48 interaction image).
 
 A training step is the recipe's: forward, cross-entropy + the encoder-difference penalty,
 backward, gradient clipping to norm 1, Adadelta (lr 0.5, rho 0.95, eps 1e-8). The two
@@ -24,7 +24,6 @@ same weights), and with ``--profile`` the operators of one ``now`` and one ``655
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import platform
 import statistics
 import sys
@@ -39,22 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pairs import KEYS, Batch, load_batches, padding  # noqa: E402
+from pairs import KEYS, Batch, load_batches, load_commit_class, padding  # noqa: E402
 
 from entailment_lab.data.demo import demo_pairs, write_jsonl  # noqa: E402
 from entailment_lab.embeddings import random_embeddings  # noqa: E402
 from entailment_lab.models.diin import DIIN  # noqa: E402
 
 BASE = "6555cd6"
-
-
-def baseline_class() -> type[torch.nn.Module]:
-    """``DIIN`` of ``benchmarks/baselines/diin_6555cd6.py``."""
-    path = ROOT / "benchmarks" / "baselines" / f"diin_{BASE}.py"
-    spec = importlib.util.spec_from_file_location(f"diin_{BASE}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DIIN
 
 
 class Trainer:
@@ -131,7 +121,10 @@ def main() -> None:
     torch.manual_seed(args.seed)
     now = DIIN(random_embeddings(datamodule.vocab, seed=args.seed), 3, vocab,
                sequence_length=length)
-    base_model = baseline_class()(random_embeddings(datamodule.vocab, seed=args.seed), 3, vocab,
+    base_class = load_commit_class(BASE, "diin", "DIIN")
+    if base_class is None:
+        sys.exit(f"bench_diin: needs the repository's history (git show {BASE}), see above")
+    base_model = base_class(random_embeddings(datamodule.vocab, seed=args.seed), 3, vocab,
                                   sequence_length=length)
     base_model.load_state_dict(now.state_dict())
     trainers = [Trainer("now", now), Trainer(BASE, base_model)]

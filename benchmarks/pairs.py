@@ -4,6 +4,7 @@ one implementation's training and inference step, timing and the outputs' differ
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import subprocess
 import sys
@@ -42,9 +43,11 @@ def load_batches(args: argparse.Namespace) -> tuple[TextDataModule, list[Batch]]
     return datamodule, batches[: args.warmup + args.steps]
 
 
+@functools.cache
 def load_commit_class(commit: str, module: str, name: str) -> type | None:
     """Class ``name`` of ``src/entailment_lab/models/<module>.py`` at ``commit`` (git show), or
-    None with a message where git or the commit is missing."""
+    None with a message where git or the commit is missing. Past versions of our own code come
+    from the history, never from frozen copies."""
     try:
         source = subprocess.run(
             ["git", "-C", str(ROOT), "show", f"{commit}:src/entailment_lab/models/{module}.py"],

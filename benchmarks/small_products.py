@@ -1,5 +1,6 @@
 """Time DIN's small matrix products: the interaction layer's forward step through torch (MKL's
-batched product) against the package's C kernel (``models/small_products.c``), same operands.
+batched product) against the package's C kernel (``models/kernels/small_products.c``), same
+operands.
 
 DIN's interaction is built of m×m products (m = √dim: 16, 18 or 20), a few thousand a training
 step. A forward step of it computes, for each of n rows (hypothesis words), ``b + S W + A
@@ -8,7 +9,7 @@ pair's rows are adjacent, as in the model). Torch runs it as the model does with
 (``matmul``, ``add_``, ``index_select`` and ``baddbmm_``); the kernel does it in one pass
 (``small_products.bias_product_gathered_``). The figures are per m×m product (two a row). This
 answers: is ``torch.bmm``'s rate for these products this CPU's limit? Needs the kernel built
-(a C compiler and an AVX-512F CPU); without it the script says why and exits with status 3.
+(a C compiler and a CPU with AVX-512F/VL); without it the script says why and exits with status 3.
 
     python benchmarks/small_products.py                 # m = 16, 18, 20; n = 960; 3 rounds
     python benchmarks/small_products.py --dims 20 --rounds 5
@@ -17,7 +18,6 @@ answers: is ``torch.bmm``'s rate for these products this CPU's limit? Needs the 
 from __future__ import annotations
 
 import argparse
-import logging
 import platform
 import statistics
 import sys
@@ -29,7 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from entailment_lab.models import small_products
+from entailment_lab.models import kernels
+from entailment_lab.models.kernels import small_products
 from entailment_lab.threads import keep_freed_memory
 
 ROWS_PER_PAIR = 7.5  # DIN-1 on SNLI: about 960 hypothesis words over a batch of 128 pairs
@@ -46,7 +47,7 @@ def operands(m: int, n: int) -> dict[str, torch.Tensor]:
 
 
 def torch_step(o: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The interaction's forward step without the kernel (``din._interaction_loop``)."""
+    """The interaction's forward step without the kernel (``kernels/interaction.py``)."""
     return torch.matmul(o["S"], o["W"]).add_(o["bias"]).baddbmm_(
         o["A"], o["B"].index_select(0, o["idx"]))
 
@@ -79,14 +80,16 @@ def main() -> None:
                      "the kernel is built for")
     torch.set_num_threads(1)
     keep_freed_memory()  # training's memory policy: torch's step allocates its outputs anew
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    if not small_products.available(torch.zeros(1, args.dims[0], args.dims[0])):
-        print("small_products: not measured (the C kernel is not built here, see the line above; "
-              "it needs a C compiler and an AVX-512F CPU)")
+    built = small_products.available(torch.zeros(1, args.dims[0], args.dims[0]))
+    build = kernels.native_status().get("small_products", "torch: not looked up")
+    if not built:
+        print(f"small_products: not measured (the C kernel is not built here: "
+              f"{build.removeprefix('torch: ')}; it needs a C compiler and a CPU with "
+              "AVX-512F/VL)")
         sys.exit(3)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, one "
           f"thread; n = {args.n} rows a step (two products each), {args.reps} steps x "
-          f"{args.rounds} rounds")
+          f"{args.rounds} rounds; the kernel: {build}")
     print("m    torch us/product  GFLOP/s | C kernel us/product  GFLOP/s | speed-up | "
           "max |kernel - torch|")
     for m in args.dims:

@@ -88,6 +88,17 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+# Module fixtures that train a run: under pytest-xdist (``make test``: ``-n auto --dist
+# loadgroup``) the tests that use one stay on one worker, so each run is trained once.
+SHARED_RUNS = {"trained_run", "run", "ckpt", "predictor", "sentence_ckpt", "logged"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SHARED_RUNS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 def random_sentences(lengths: Iterable[int | torch.Tensor], vocab_size: int) -> list[torch.Tensor]:
     """One sentence of random real ids (1 .. vocab_size - 1) per length."""
     return [torch.randint(1, vocab_size, (int(n),)) for n in lengths]

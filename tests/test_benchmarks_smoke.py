@@ -1,19 +1,51 @@
 """The issue-50 benchmarks run end to end with their smallest options and print their tables:
 ``benchmarks/profile_step.py`` (the epoch's split), ``benchmarks/cost_growth.py`` (cost
 against length and batch size) and ``benchmarks/small_products.py`` (MKL's small products
-against an AVX-512 kernel)."""
+against an AVX-512 kernel).
+
+``profile_step.py`` and ``small_products.py`` run in this process, as ``__main__`` with their
+command line (the interpreter, torch and Lightning are loaded already: seconds a test fewer);
+``cost_growth.py`` forks a process per point, so it runs in its own interpreter.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from entailment_lab.models.kernels import native
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """Run ``benchmarks/SCRIPT`` as ``__main__`` with ``args`` in ``tmp_path``; its status and
+    its stdout and stderr."""
+    threads = torch.get_num_threads()
+
+    def run_main(script: str, *args: str) -> tuple[int | str | None, str, str]:
+        monkeypatch.setattr(sys, "argv", [script, *args])
+        monkeypatch.chdir(tmp_path)
+        capsys.readouterr()
+        status: int | str | None = 0
+        try:
+            runpy.run_path(str(REPO / "benchmarks" / script), run_name="__main__")
+        except SystemExit as exit_:
+            status = exit_.code
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    yield run_main
+    torch.set_num_threads(threads)
+    native.library.cache_clear()  # a run without a compiler on PATH is not remembered
 
 
 def run(script: str, *args: str, cwd: Path) -> str:
@@ -27,9 +59,10 @@ def run(script: str, *args: str, cwd: Path) -> str:
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 
 
-def test_profile_step_prints_the_split(tmp_path: Path) -> None:
-    out = run("profile_step.py", "--model", "decatt", "--batches", "3", "--warmup", "1",
-              "data.batch_size=16", cwd=tmp_path)
+def test_profile_step_prints_the_split(main) -> None:
+    status, out, err = main("profile_step.py", "--model", "decatt", "--batches", "3",
+                            "--warmup", "1", "data.batch_size=16")
+    assert status == 0, err[-3000:]
     rows = {m.group(1).strip(): (float(m.group(2)), float(m.group(3)))
             for m in re.finditer(rf"^([a-zA-Z ]+?)\s+{NUMBER}\s+{NUMBER}%\s+{NUMBER} \|\s+"
                                  rf"{NUMBER}\s+{NUMBER}%$", out, re.MULTILINE)}
@@ -50,39 +83,37 @@ def test_profile_step_prints_the_split(tmp_path: Path) -> None:
 
 
 def test_cost_growth_prints_one_row_per_model_and_point(tmp_path: Path) -> None:
-    out = run("cost_growth.py", "--quick", "--out", str(tmp_path / "plots"), cwd=tmp_path)
+    """DIN-1 and DIIN (DecAtt runs the same code in tests/test_readme.py's tiny budget)."""
+    out = run("cost_growth.py", "--quick", "--models", "din1", "diin", "--out",
+              str(tmp_path / "plots"), cwd=tmp_path)
     rows = re.findall(rf"^(din1|diin|decatt)\s+(\d+)\s+(\d+)\s+{NUMBER}\s+{NUMBER}\s+"
                       rf"(\S+)\s+(\d+)\s+(\d+)$", out, re.MULTILINE)
-    assert [(r[0], r[1], r[2]) for r in rows] == [
-        ("din1", "8", "8"), ("diin", "8", "8"), ("decatt", "8", "8")], out
+    assert [(r[0], r[1], r[2]) for r in rows] == [("din1", "8", "8"), ("diin", "8", "8")], out
     for row in rows:
         assert float(row[3]) > 0
         assert int(row[6]) >= int(row[7]) > 0  # all aten events >= the kernel ops among them
     if sys.platform.startswith("linux"):
         assert all(float(r[5]) > 0 for r in rows), out
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "cost_growth_decatt.png", "cost_growth_diin.png", "cost_growth_din1.png"]
+        "cost_growth_diin.png", "cost_growth_din1.png"]
 
 
-def test_profile_step_builds_a_past_network(tmp_path: Path) -> None:
+def test_profile_step_builds_a_past_network(main) -> None:
     """``--net-commit``: the network's model file at a commit (here HEAD), the rest as today."""
     if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                       check=False).returncode != 0:
         pytest.skip("not a git checkout")
-    out = run("profile_step.py", "--model", "din1", "--dim", "16", "--batches", "2",
-              "--warmup", "1", "--no-bare", "--net-commit", "HEAD", cwd=tmp_path)
+    status, out, err = main("profile_step.py", "--model", "din1", "--dim", "16", "--batches",
+                            "2", "--warmup", "1", "--no-bare", "--net-commit", "HEAD")
+    assert status == 0, err[-3000:]
     assert "# din1 (network of HEAD), dim 16" in out, out
 
 
-def test_profile_step_names_a_commit_it_cannot_read(tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "profile_step.py"),
-                           "--model", "din1", "--dim", "16", "--batches", "1",
-                           "--net-commit", "no-such-commit"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
-    assert ("--net-commit no-such-commit: src/entailment_lab/models/din.py (for "
-            "entailment_lab.models.din.DIN) could not be read at that commit") in done.stderr
+def test_profile_step_names_a_commit_it_cannot_read(main) -> None:
+    status, _, _ = main("profile_step.py", "--model", "din1", "--dim", "16", "--batches", "1",
+                        "--net-commit", "no-such-commit")
+    assert status == ("--net-commit no-such-commit: src/entailment_lab/models/din.py (for "
+                      "entailment_lab.models.din.DIN) could not be read at that commit")
 
 
 def test_past_network_gets_the_knobs_it_has(capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,34 +137,31 @@ def test_past_network_gets_the_knobs_it_has(capsys: pytest.CaptureFixture[str]) 
     assert "has no knob new_knob: left out" in capsys.readouterr().out
 
 
-def test_small_products_times_both_and_checks_the_kernel(tmp_path: Path) -> None:
+def test_small_products_times_both_and_checks_the_kernel(main) -> None:
     """benchmarks/small_products.py: one row per m with both rates, and the package's C kernel
     equal to torch's operations to float32 rounding. Status 3 (the kernel is not built: no C
     compiler or no AVX-512F) is a skip, with the message it prints."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "small_products.py"),
-                           "--dims", "16", "20", "--n", "8", "--reps", "2", "--rounds", "1"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    if done.returncode == 3:
-        pytest.skip(done.stdout.strip() or done.stderr.strip())
-    assert done.returncode == 0, done.stderr[-3000:]
+    status, out, err = main("small_products.py", "--dims", "16", "20", "--n", "8", "--reps", "2",
+                            "--rounds", "1")
+    if status == 3:
+        pytest.skip(out.strip() or err.strip())
+    assert status == 0, err[-3000:]
     rows = re.findall(rf"^(\d+)\s+{NUMBER}\s+{NUMBER} \|\s+{NUMBER}\s+{NUMBER} \|\s+{NUMBER}x \| "
-                      r"(\S+)$", done.stdout, re.MULTILINE)
-    assert [row[0] for row in rows] == ["16", "20"], done.stdout
+                      r"(\S+)$", out, re.MULTILINE)
+    assert [row[0] for row in rows] == ["16", "20"], out
     for row in rows:
         assert all(float(v) > 0 for v in row[1:6]) and float(row[6]) < 1e-5, row
 
 
-def test_small_products_refuses_sizes_its_kernel_cannot_hold(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "small_products.py"),
-                           "--dims", "17"], cwd=tmp_path, capture_output=True, text=True)
-    assert done.returncode == 2 and "--dims [17]: each m must be one of (16, 18, 20)" in done.stderr
+def test_small_products_refuses_sizes_its_kernel_cannot_hold(main) -> None:
+    status, _, err = main("small_products.py", "--dims", "17")
+    assert status == 2 and "--dims [17]: each m must be one of (16, 18, 20)" in err
 
 
-def test_small_products_says_why_it_cannot_measure(tmp_path: Path) -> None:
+def test_small_products_says_why_it_cannot_measure(main, tmp_path, monkeypatch) -> None:
     """Without a C compiler on PATH: lines that say so, status 3, no traceback."""
-    env = {**os.environ, "PATH": str(tmp_path)}
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "small_products.py"),
-                           "--dims", "20"], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.returncode == 3 and "Traceback" not in done.stderr
-    assert "no C compiler on PATH" in done.stdout and "not measured" in done.stdout
+    monkeypatch.setenv("PATH", str(tmp_path))
+    native.library.cache_clear()
+    status, out, err = main("small_products.py", "--dims", "20")
+    assert status == 3 and "Traceback" not in err
+    assert "no C compiler on PATH" in out and "not measured" in out

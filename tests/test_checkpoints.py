@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -17,7 +15,8 @@ from entailment_lab.checkpoints import read_checkpoint
 from entailment_lab.errors import ConfigError
 from entailment_lab.module import CHECKPOINT_KEY, plain_data
 from entailment_lab.pipeline import evaluate, load_trained, train
-from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+from tests.conftest import FAST, compose_cfg, file_overrides
+from tests.entry_points import run_entry_point
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 
@@ -109,10 +108,9 @@ def test_lightning_loader_refuses_the_crafted_checkpoint(crafted):
 
 def test_cli_refuses_the_crafted_checkpoint_in_one_line(crafted, tmp_path):
     ckpt, marker = crafted
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "src" / "predict.py"), f"ckpt_path={ckpt}",
-         "premise=a man .", "hypothesis=a person .", f"hydra.run.dir={tmp_path / 'job'}"],
-        capture_output=True, text=True, timeout=300)
+    proc = run_entry_point("src/predict.py", [f"ckpt_path={ckpt}", "premise=a man .",
+                                              "hypothesis=a person .",
+                                              f"hydra.run.dir={tmp_path / 'job'}"])
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: ckpt_path: '{ckpt}' refused")
     assert "Traceback" not in proc.stderr

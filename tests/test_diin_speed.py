@@ -1,5 +1,5 @@
 """DIIN's faster DenseNet (models/diin.py) computes the same function as the network at commit
-6555cd6 (benchmarks/baselines/diin_6555cd6.py): same logits, same gradients, float64.
+6555cd6 (its models/diin.py, read with ``git show``): same logits, same gradients, float64.
 
 The fast path computes each sample's feature maps only on a crop around the real words and
 reads the rest from an all-zero image's maps (docs/models/diin.md, "Speed"). The cases below
@@ -9,7 +9,7 @@ first-kernel sizes (different halos), and pad the batch beyond its longest sente
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,10 @@ from torch import nn
 from entailment_lab.models.diin import DIIN, DenseNetExtractor
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from pairs import load_commit_class  # noqa: E402  (benchmarks/pairs.py: a past model file)
+
+BASE = "6555cd6"
 VOCAB = ["<pad>", "<unk>", "a", "man", "Man", "dog", "runs", "not", "n't", "the", "cat", "is",
          "outside", "sleeps", "."]  # fmt: skip
 
@@ -39,11 +43,11 @@ SIZES = {
 
 
 def baseline_class() -> type[nn.Module]:
-    path = REPO / "benchmarks" / "baselines" / "diin_6555cd6.py"
-    spec = importlib.util.spec_from_file_location("diin_6555cd6", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DIIN
+    """DIIN as at 6555cd6; a checkout without the history cannot run this comparison."""
+    past = load_commit_class(BASE, "diin", "DIIN")
+    if past is None:
+        pytest.skip(f"no git history here: models/diin.py at {BASE} cannot be read")
+    return past
 
 
 def padded_batch(premise_lengths: list[int], hypothesis_lengths: list[int], width: int,

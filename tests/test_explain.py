@@ -1,8 +1,6 @@
 """Heat maps: explain.py writes Fig. 2 / Fig. 3 PNGs for a DIN checkpoint."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +8,7 @@ import pytest
 from entailment_lab.explain import explain_dir
 from entailment_lab.pipeline import train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+from tests.entry_points import run_entry_point
 
 pytestmark = pytest.mark.skipif(not (REPO / "conf/model/din1.yaml").exists(), reason="no DIN")
 
@@ -21,10 +20,8 @@ def test_explain_writes_both_heatmaps(pair_files, tmp_path):
     train(cfg)
     ckpt = json.loads((run / "results.json").read_text())["best_checkpoint"]
     premise, hypothesis = "a young man is riding a bike in the park .", "a person is riding ."
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "src/explain.py"), f"ckpt_path={ckpt}",
-         f"premise={premise}", f"hypothesis={hypothesis}"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = run_entry_point("src/explain.py", [f"ckpt_path={ckpt}", f"premise={premise}",
+                                              f"hypothesis={hypothesis}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     # Beside the checkpoint's run, one folder per pair; no new folder anywhere else.
     out = Path(explain_dir(ckpt, premise, hypothesis, "unused"))

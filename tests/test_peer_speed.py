@@ -22,8 +22,14 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import peer_speed  # noqa: E402
 
+from tests.entry_points import run_entry_point  # noqa: E402
+
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/peer_speed.py ARGS``; in this process (tests/entry_points.py) but
+    for ``ours``, which records its own process's peak memory."""
+    if args[0] != "ours":
+        return run_entry_point(SCRIPT, args, cwd=cwd)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,8 @@ from entailment_lab.cli import run_task
 from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.pipeline import evaluate, load_trained, train
 from entailment_lab.predict import Predictor, predict, predict_file
-from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+from tests.conftest import FAST, compose_cfg, file_overrides
+from tests.entry_points import run_entry_point
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 PAIR = {"premise": ["premise"], "hypothesis": ["hypothesis"]}
@@ -234,10 +233,9 @@ def test_cli_writes_predictions(ckpt, tmp_path):
     source = write_jsonl(tmp_path / "pairs.jsonl", [{"premise": "a man sleeps .",
                                                      "hypothesis": "a person rests ."}])
     output = tmp_path / "preds.jsonl"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "src" / "predict.py"), f"ckpt_path={ckpt}",
-         f"input={source}", f"output={output}", f"hydra.run.dir={tmp_path / 'job'}"],
-        capture_output=True, text=True, timeout=300)
+    proc = run_entry_point("src/predict.py", [f"ckpt_path={ckpt}", f"input={source}",
+                                              f"output={output}",
+                                              f"hydra.run.dir={tmp_path / 'job'}"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert read_jsonl(output)[0]["prediction"] in ("entailment", "neutral", "contradiction")
 

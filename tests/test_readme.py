@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from entailment_lab.data.demo import write_demo_corpus
 from entailment_lab.explain import explain_dir
 from tests.conftest import REPO, compose_cfg
+from tests.entry_points import run_entry_point
 
 README = REPO / "README.md"
 SHELL_SETUP = {"source", "export", "cd"}  # lines that only prepare the shell
@@ -214,8 +215,9 @@ def test_readme_command(words, tmp_path, monkeypatch):
         _benchmark_command(script, rest, tmp_path, monkeypatch)
     elif script.startswith("src/") and config.is_file():
         _hydra_command(config.stem, rest, tmp_path)
-    elif script.startswith("src/"):
-        _run([script, "--help"], tmp_path)
+    elif script.startswith("src/"):  # in this process (tests/entry_points.py)
+        done = run_entry_point(script, ["--help"], cwd=REPO, env=ENV)
+        assert done.returncode == 0, f"{script} --help\n{done.stdout[-1500:]}{done.stderr[-1500:]}"
     else:
         pytest.fail(f"no check for this README command: {' '.join(words)}")
 

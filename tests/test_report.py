@@ -26,7 +26,7 @@ from entailment_lab.report import (
     reduced_budget,
 )
 from entailment_lab.report.collect import load_job, process_alive
-from tests.conftest import REPO
+from tests.entry_points import run_entry_point
 
 NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
 
@@ -320,8 +320,8 @@ def test_wandb_runs_tell_a_binding_time_cap_from_one_that_did_not_bind(summary, 
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "src" / "report.py"), *args],
-                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+    """``python src/report.py ARGS``, in this process (tests/entry_points.py)."""
+    return run_entry_point("src/report.py", args, env=env)
 
 
 def test_cli_nonexistent_path_is_one_line_error(tmp_path):

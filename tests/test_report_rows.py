@@ -25,9 +25,12 @@ from tests.conftest import REPO
 from tests.test_report import write_job
 
 PROTOCOL = ["experiment=protocols/snli_dev2test", "data_root=../shared/data", "model=lstm"]
-PATH = {"torch": "2.13.0+cpu", "threads": 1, "threads_chosen_by": "threads=1",
-        "kernels": ["gru_steps"], "cpu": "AMD EPYC 9654", "cpu_flags": ["avx2", "avx512f"],
-        "deterministic": False}
+# The form numeric_path.py writes (abridged).
+PATH = {"torch": "2.13.0+cpu", "device": "cpu",
+        "threads": {"count": 1, "chosen_by": "threads=1", "detail": "threads=1"},
+        "kernels": {"interaction": ["C small_products"]},
+        "cpu": {"model": "AMD EPYC 9654", "vector_extensions": ["avx2", "avx512f"]},
+        "determinism": {"deterministic_algorithms": False}}
 
 
 def run(folder: Path, seed: int, overrides: list[str], test: float = 0.6,
@@ -83,8 +86,9 @@ def test_runs_that_took_different_numeric_paths_are_flagged(tmp_path):
     """results.json's ``numeric_path`` (threads, kernels, CPU, torch): runs of one row that
     differ there say so; a record without one (older runs), or with something else under the
     key, is left out; how the threads were chosen is not the path."""
-    other = {**PATH, "kernels": [], "threads": 2}
-    chosen = {**PATH, "threads_chosen_by": "threads=auto (load 0.3 on 2 cores)"}
+    other = {**PATH, "kernels": {}, "threads": {**PATH["threads"], "count": 2}}
+    chosen = {**PATH, "threads": {"count": 1, "chosen_by": "threads=auto",
+                                  "detail": "threads=auto (load 0.3 on 2 cores)"}}
     runs = tmp_path / "study" / "runs"
     folders = [run(runs / "0", 1, PROTOCOL, numeric_path=PATH),
                run(runs / "1", 2, PROTOCOL, numeric_path=chosen),

@@ -20,7 +20,7 @@ def test_ddp_two_cpu_processes_one_folder_reduced_metrics(pair_files, tmp_path):
     logs = tmp_path / "logs"
     proc = run_cli(["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", *LSTM, *FAST,
                     *file_overrides(pair_files), "trainer.max_epochs=1", f"paths.log_dir={logs}"],
-                   tmp_path)
+                   tmp_path, own_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = list((logs / "train").glob("*/*"))
     assert len(runs) == 1, f"DDP made {len(runs)} run folders: {runs}"

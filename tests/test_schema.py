@@ -3,15 +3,13 @@ and what is allowed (``schema.SCHEMA``, ``config.check_config``)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from entailment_lab.config import check_config
 from entailment_lab.errors import ConfigError
 from entailment_lab.schema import SCHEMA, validate
 from tests.conftest import REPO, compose_cfg
+from tests.entry_points import run_entry_point
 
 # (overrides, the start of the one-line message)
 BAD_VALUES = [
@@ -112,12 +110,8 @@ def test_every_schema_key_exists_in_some_config(tmp_path):
 def test_the_command_line_prints_one_line_and_no_traceback(overrides, tmp_path):
     """As a user types it: exit status 1, one line on stderr, no data read (the SNLI hub is
     offline here, so reading it would fail with another message)."""
-    done = subprocess.run(
-        [sys.executable, str(REPO / "src" / "train.py"), *overrides, "logger=csv",
-         f"hydra.run.dir={tmp_path}"],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-        env={"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
-             "PATH": "/usr/bin:/bin"})
+    done = run_entry_point("src/train.py", [*overrides, "logger=csv", f"hydra.run.dir={tmp_path}"],
+                           cwd=REPO, env={"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]

@@ -24,6 +24,7 @@ from entailment_lab import loggers, pipeline
 from entailment_lab.errors import UserError
 from entailment_lab.signals import RunInterruptedError
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+from tests.entry_points import run_entry_point
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 SEEDED = ["trainer.deterministic=true", "seed=5", "eval_train=false"]
@@ -166,9 +167,9 @@ def test_killed_cli_run_exits_non_zero_and_says_how_to_resume(pair_files, tmp_pa
     stopped_at = torch.load(last, weights_only=True)["epoch"]  # epochs may pass before the kill
     budget = f"max_epochs={stopped_at + 3}"
     args = [a.replace("max_epochs=100000", budget) for a in command[2:]]
-    proc = run_cli(args, tmp_path)
-    output = proc.communicate(timeout=300)[0]
-    assert proc.returncode == 0, output[-3000:]
+    done = run_entry_point(command[1], args, cwd=tmp_path,  # in this process: no signal to send
+                           env={"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     results = read(run)
     assert results["status"] == "completed" and "test/acc" in results["metrics"]
     epochs = [row["epoch"] for row in results["history"]]

@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ProgressBar
 from entailment_lab.errors import ConfigError
 from entailment_lab.pipeline import build_callbacks, evaluate, load_trained, train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+from tests.entry_points import run_entry_point
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 
@@ -146,10 +147,15 @@ def test_bad_dim_is_a_config_error(pair_files, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "failed"
 
 
-def run_cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", **(env or {})}
+def run_cli(args: list[str], cwd: Path, env: dict | None = None, own_process: bool = False
+            ) -> subprocess.CompletedProcess:
+    """``python src/train.py ARGS``: in this process (tests/entry_points.py), or in a process of
+    its own where the run needs one (DDP starts its other ranks from the command line)."""
+    env = {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", **(env or {})}
+    if not own_process:
+        return run_entry_point("src/train.py", args, cwd=cwd, env=env)
     return subprocess.run([sys.executable, str(REPO / "src" / "train.py"), *args], cwd=cwd,
-                          env=environment, capture_output=True, text=True, timeout=600)
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
 
 
 def test_cli_user_error_is_one_line_without_traceback(tmp_path):

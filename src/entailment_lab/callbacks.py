@@ -17,6 +17,8 @@ from lightning.pytorch.callbacks import EarlyStopping, Timer
 from lightning.pytorch.loggers import WandbLogger
 
 from entailment_lab import predictions
+from entailment_lab.models import kernels
+from entailment_lab.numeric_path import numeric_path
 from entailment_lab.results import ResultsFile, clean_number
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,9 @@ class ResultsRecorder(L.Callback):
       the training split), ``breakdowns`` (accuracy per class, per overlap bucket and per
       ``data.group_fields`` group of each set, ``module.breakdown``), ``predictions`` (each
       example's predicted and gold class, compact: ``predictions.py``) and, for the test
-      split, the confusion matrix (a W&B table too).
+      split, the confusion matrix (a W&B table too);
+    - every save: ``numeric_path`` (``numeric_path.py``: torch, device, CPU, threads, the fast
+      paths that ran in this run, determinism switches).
 
     ``metrics`` holds everything recorded so far; ``pipeline.train`` returns it.
     """
@@ -53,6 +57,7 @@ class ResultsRecorder(L.Callback):
         self.metrics: dict[str, float | int | None] = {}
         self.wandb_run_id: str | None = None
         self._validated = False
+        self._kernel_calls = kernels.calls()  # the fast paths that ran before this run
 
     # --- fit ---------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -139,7 +144,9 @@ class ResultsRecorder(L.Callback):
         self.history = list(state_dict.get("history", []))
 
     def _save(self, trainer: L.Trainer) -> None:
-        if trainer.is_global_zero:
+        if trainer.is_global_zero:  # with the floating-point path the run has taken so far
+            self.results.update(numeric_path=numeric_path(trainer.strategy.root_device,
+                                                          self._kernel_calls))
             self.results.save()
 
 

@@ -1,6 +1,8 @@
 """Train and evaluate: compose the objects from config, fit, test, write results.
 
-``src/train.py`` and ``src/eval.py`` are thin wrappers around ``train`` and ``evaluate``.
+``src/train.py`` and ``src/eval.py`` are thin wrappers around ``train`` and ``evaluate``. The
+building blocks in ``__all__`` are public: a benchmark or a notebook builds a run from them
+as ``train`` does (``benchmarks/profile_step.py``, ``benchmarks/cost_growth.py``).
 """
 
 from __future__ import annotations
@@ -33,12 +35,16 @@ from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.loggers import build_loggers, finish_wandb, resolve_wandb_group
+from entailment_lab.models import kernels
 from entailment_lab.models.base import Network
 from entailment_lab.module import ClassifierModule
+from entailment_lab.numeric_path import numeric_path
 from entailment_lab.results import ResultsFile, clean_number
 from entailment_lab.resume import check_best_checkpoint, checkpoints_stay_in, resume
 from entailment_lab.signals import RunInterruptedError, interruption, sigterm_raises, stop_signal
 
+__all__ = ["build_callbacks", "build_datamodule", "build_module", "build_net", "evaluate",
+           "load_trained", "train"]
 log = logging.getLogger(__name__)
 
 
@@ -316,6 +322,7 @@ def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
+    kernel_calls = kernels.calls()  # the fast paths that ran before this evaluation
     check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     overrides = OmegaConf.to_container(cfg.data, resolve=True) if cfg.get("data") else {}
@@ -340,6 +347,7 @@ def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
         if name == cfg.split:
             confusion = module.test_confusion.compute().tolist()
     results.update(metrics=metrics, confusion_matrix=confusion, labels=module.label_names,
-                   breakdowns=breakdowns, predictions=stored)
+                   breakdowns=breakdowns, predictions=stored,
+                   numeric_path=numeric_path(trainer.strategy.root_device, kernel_calls))
     log.info("%s", metrics)
     return metrics

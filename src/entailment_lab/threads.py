@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -18,8 +19,31 @@ from entailment_lab.errors import ConfigError
 THREADS_HELP = "threads=auto, a positive integer, or null (torch's default)"
 
 
-def set_threads(threads: object, processes: int = 1) -> str:
-    """The CPU thread policy of every entry point; returns a line saying what was chosen.
+class ThreadChoice(str):
+    """The line ``set_threads`` logs, carrying what it says as fields: ``count`` (torch's
+    threads), ``chosen_by`` (``OMP_NUM_THREADS``, ``torch's default``, ``auto`` or
+    ``threads=N``) and ``detail`` (for ``auto``, the load it saw: it differs between runs of
+    one command)."""
+
+    count: int
+    chosen_by: str
+    detail: str
+
+    def __new__(cls, count: int, chosen_by: str, detail: str = "") -> ThreadChoice:
+        hint = "; threads=N or OMP_NUM_THREADS=N to choose" if chosen_by not in (
+            "OMP_NUM_THREADS", "torch's default") else ""
+        line = super().__new__(cls, f"torch threads: {count} ({detail or chosen_by}{hint})")
+        line.count, line.chosen_by, line.detail = count, chosen_by, detail
+        return line
+
+
+_choice: list[ThreadChoice] = []  # the last choice of this process (numeric_path reads it)
+_flush: list[bool] = []  # the last set_flush_denormal setting
+
+
+def set_threads(threads: object, processes: int = 1) -> ThreadChoice:
+    """The CPU thread policy of every entry point; returns a line saying what was chosen (a
+    ``ThreadChoice``, whose fields ``results.json`` records as the numeric path).
 
     ``OMP_NUM_THREADS``, when set, wins (torch reads it itself). Otherwise ``threads``: a
     positive int; null for torch's own default (one thread per physical core); or ``auto``
@@ -32,17 +56,37 @@ def set_threads(threads: object, processes: int = 1) -> str:
     import torch
 
     if os.environ.get("OMP_NUM_THREADS"):
-        return f"torch threads: {torch.get_num_threads()} (OMP_NUM_THREADS)"
-    if threads is None:
-        return f"torch threads: {torch.get_num_threads()} (torch's default)"
-    if threads == "auto":
-        threads, reason = auto_threads(parallel_jobs() * processes)
+        choice = ThreadChoice(torch.get_num_threads(), "OMP_NUM_THREADS")
+    elif threads is None:
+        choice = ThreadChoice(torch.get_num_threads(), "torch's default")
+    elif threads == "auto":
+        count, reason = auto_threads(parallel_jobs() * processes)
+        choice = ThreadChoice(count, "auto", reason)
     elif isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads must be {THREADS_HELP}, got {threads!r}; e.g. threads=2")
     else:
-        reason = f"threads={threads}"
-    torch.set_num_threads(threads)
-    return f"torch threads: {threads} ({reason}; threads=N or OMP_NUM_THREADS=N to choose)"
+        choice = ThreadChoice(threads, f"threads={threads}")
+    torch.set_num_threads(choice.count)
+    _choice[:] = [choice]
+    return choice
+
+
+def cpu_policy() -> dict[str, Any]:
+    """What this process's CPU policy is now, for the record: torch's thread count, how the
+    entry point chose it (``set_threads``; "not set" outside the entry points, e.g. in a test
+    or a notebook), and whether denormal floats are flushed (None: never set)."""
+    import torch
+
+    count = torch.get_num_threads()
+    choice = _choice[0] if _choice else None
+    if choice is None:
+        chosen_by, detail = "not set (torch's default or the caller's)", ""
+    elif choice.count != count:
+        chosen_by, detail = "changed after start", f"{choice.chosen_by} chose {choice.count}"
+    else:
+        chosen_by, detail = choice.chosen_by, choice.detail
+    return {"threads": {"count": count, "chosen_by": chosen_by, "detail": detail},
+            "flush_denormal": _flush[0] if _flush else None}
 
 
 def auto_threads(jobs: int = 1, sample_s: float = 0.2) -> tuple[int, str]:
@@ -107,10 +151,12 @@ def set_flush_denormal(flush: bool) -> str:
 
     if not flush:
         torch.set_flush_denormal(False)
+        _flush[:] = [False]
         return "denormal floats: kept"
-    if torch.set_flush_denormal(True):
-        return "denormal floats: flushed to zero"
-    return "denormal floats: kept (this CPU cannot flush them)"
+    flushed = torch.set_flush_denormal(True)
+    _flush[:] = [flushed]
+    return "denormal floats: flushed to zero" if flushed else \
+        "denormal floats: kept (this CPU cannot flush them)"
 
 
 # glibc's mallopt parameters (malloc.h) and the environment variables that set them

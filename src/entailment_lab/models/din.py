@@ -8,7 +8,10 @@ Table 2 row 18 feeds it to an ordinary GRU instead); mean pooling, FC and softma
 ``nn.GRU`` by default, whose candidate departs from Eq. 5; ``encoder_gru="paper"`` selects Eq. 3-6
 as printed (``PaperGRU``). The paper's ambiguities and the knob that selects
 each reading (the defaults reproduce Table 2's parameter counts), the analysis maps of Fig. 2
-and 3, and the speed measurements: ``docs/models/din.md``.
+and 3, and the speed measurements: ``docs/models/din.md``. The fast paths of CPU training (the
+interaction's and control's hand-written backwards, a C kernel for the interaction's products,
+tanh through the sigmoid) live in ``models/kernels/``; this file holds the equations, and its
+loops are their reference.
 """
 
 from __future__ import annotations
@@ -22,21 +25,23 @@ from torch import nn
 from torch.nn import functional as F
 
 from entailment_lab.errors import ConfigError
-from entailment_lab.models import small_products
+from entailment_lab.models import kernels
 from entailment_lab.models.base import HeatMap, Network
 from entailment_lab.models.common import (
     Dropout,
-    autocast_enabled,
     check_choice,
     count_trainable_parameters,
-    gru_outputs,
     longest_first,
     run_packed,
     scatter_rows,
-    tanh,
-    tanh_,
 )
+from entailment_lab.models.kernels import tanh, tanh_
 
+# The public API: the network, its layers (each callable alone, as benchmarks/bench_din.py
+# times them) and ``Words``, the rows the layers pass between them
+__all__ = ["DIN", "Interaction", "MatrixControlGRU", "PaperGRU", "StaticControlGRU",
+           "Transformation", "VectorControlGRU", "Words", "make_gru", "minmax_normalise",
+           "time_major_rows"]
 GATES = ("z (update)", "r (reset)", "h (candidate)")  # rows of the gate-change map (Fig. 3)
 VARIANTS = ("din1", "din2", "static")
 CHOICES = {  # the reading knobs and their allowed values (docs/models/din.md), default first
@@ -135,21 +140,13 @@ class Interaction(nn.Module):
         # The rows sorted by their premise's length, longest first
         order, running = longest_first(premise_mask.sum(dim=1)[pair], W_p.shape[0])
         hypothesis_init = self.init == "hypothesis"
-        if _hand_written_backward_applies() and not return_norms:
-            # training without mixed precision: the loop with a hand-written backward
-            return _InteractionLoop.apply(X, W_p, self.W_inter, self.b_inter, pair, order,
-                                          running, hypothesis_init), None
+        if kernels.applies() and not return_norms:  # the registered operator (models/kernels)
+            return kernels.interaction(X, W_p, self.W_inter, self.b_inter, pair, order, running,
+                                       hypothesis_init), None
         S, norms = _interaction_loop(X[order], W_p, self.W_inter, self.b_inter, pair[order],
                                      running, hypothesis_init, return_norms)
         back = torch.argsort(order)  # sorted rows -> X's order
         return S[back], torch.stack(norms, dim=1)[back] if return_norms else None
-
-
-def _hand_written_backward_applies() -> bool:
-    """Whether the recurrences run as the autograd Functions with hand-written backwards:
-    when training (gradients on) without mixed precision (autocast would retype their
-    products, which the hand-written backward does not mirror)."""
-    return torch.is_grad_enabled() and not autocast_enabled()
 
 
 def _interaction_loop(
@@ -161,28 +158,18 @@ def _interaction_loop(
     running: list[int],
     hypothesis_init: bool,
     return_norms: bool = False,
-    states: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Eq. 8 over the premise, transposed: ``S_τ = tanh(S_{τ-1} W_inter^T + b_inter^T + X
     W̃'_τ^T)`` for the rows still inside their premise (the first ``running[τ]``).
 
     X (N, m, m): ``W̃_t^T`` of each row; W_p_steps (len_p, batch, m, m): ``W̃'_τ^T``; b_idx
     (N,): each row's pair. Returns ``(W^t_{ℓ_P})^T`` of every row (N, m, m) and, with
-    ``return_norms``, ``‖W^t_τ‖_F`` per step ((N,) each, 0 once a row has ended). ``states``,
-    if given, receives S_0 and every S_τ (for ``_InteractionLoop``'s backward).
+    ``return_norms``, ``‖W^t_τ‖_F`` per step ((N,) each, 0 once a row has ended). The reference
+    of ``kernels.interaction`` (the same loop with a hand-written backward and a C kernel).
     """
     S = X.clone() if hypothesis_init else torch.zeros_like(X)  # (W^t_0)^T
-    # b_inter^T contiguous: a transposed (m, m) bias broadcast over (n, m, m) takes PyTorch's
-    # strided path, about 3× slower than the contiguous add
-    W_inter_T, b_inter_T = W_inter.T, b_inter.T.contiguous()
-    # Outside autograd, on CPU in float32 with one thread: the whole pre-activation of a step
-    # in one C kernel pass (models/small_products.py), each row's W̃'_τ^T read in place
-    kernel = not torch.is_grad_enabled() and small_products.available(X, W_p_steps, b_inter_T)
-    if kernel:
-        W_inter_T = W_inter_T.contiguous()
+    W_inter_T = W_inter.T
     finished, norms = [], []  # final states of rows whose premise has ended
-    if states is not None:
-        states.append(S)
     for tau, n in enumerate(running):
         if n < len(S):  # rows n.. have passed their premise's end: S is (W^t_{ℓ_P})^T
             finished.append(S[n:])
@@ -191,79 +178,12 @@ def _interaction_loop(
         # product into one (n·m, m) by (m, m) product and returns a tensor that is no view, so
         # the rest can run in place (no product's backward needs its own output, tanh keeps
         # its result); in place on a view, autograd would copy whole gradients.
-        if kernel:
-            pre = small_products.bias_product_gathered_(
-                torch.empty_like(S), b_inter_T, S, W_inter_T, X, W_p_steps[tau], b_idx[:n])
-        else:
-            pre = torch.matmul(S, W_inter_T).add_(b_inter_T)
-            pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n]))
-        S = tanh(pre) if pre.requires_grad else tanh_(pre)  # tanh_: in place, outside autograd
-        if states is not None:
-            states.append(S)
+        pre = torch.matmul(S, W_inter_T).add_(b_inter.T)
+        pre.baddbmm_(X, W_p_steps[tau].index_select(0, b_idx[:n]))
+        S = tanh(pre)
         if return_norms:
             norms.append(F.pad(S.flatten(1).norm(dim=1), (0, len(b_idx) - n)))  # (N,)
     return torch.cat([S, *reversed(finished)]), norms  # all N rows, in order
-
-
-class _InteractionLoop(torch.autograd.Function):
-    """``_interaction_loop`` with a hand-written backward (training without mixed precision),
-    on rows in the caller's order (sorted by ``order`` inside, and back).
-
-    The same arithmetic as autograd's, with fewer passes over memory: the gradient of every
-    row's state is kept in one buffer updated in place step by step, and the weights'
-    gradients are accumulated in place, instead of a new tensor and an accumulation per
-    operation and step. ``tests/test_din_model.py`` gradchecks it (both initial states) and
-    compares the model's gradients with the padded implementation's (float64). On CPU in
-    float32 with one thread the products, forward and backward, run in a C kernel
-    (``models/small_products.py``; ``tests/test_c_kernels.py`` compares the two paths).
-    """
-
-    @staticmethod
-    def forward(ctx: Any, X: torch.Tensor, W_p_steps: torch.Tensor, W_inter: torch.Tensor,
-                b_inter: torch.Tensor, pair: torch.Tensor, order: torch.Tensor,
-                running: list[int], hypothesis_init: bool) -> torch.Tensor:
-        X, b_idx = X.index_select(0, order), pair.index_select(0, order)  # longest premise first
-        states: list[torch.Tensor] = []
-        S, _ = _interaction_loop(X, W_p_steps, W_inter, b_inter, b_idx, running,
-                                 hypothesis_init, states=states)
-        ctx.save_for_backward(X, W_p_steps, W_inter, b_idx, order, *states)
-        ctx.running, ctx.hypothesis_init = running, hypothesis_init
-        return torch.empty_like(S).index_copy_(0, order, S)  # the caller's order
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_S: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        X, W_p_steps, W_inter, b_idx, order, *states = ctx.saved_tensors
-        m = X.shape[-1]
-        G = grad_S.index_select(0, order)  # dL/dS_τ of each (sorted) row at the step being undone
-        grad_X, grad_W_p = torch.zeros_like(X), torch.zeros_like(W_p_steps)
-        grad_W_inter_T, grad_b_T = W_inter.new_zeros(m, m), W_inter.new_zeros(m, m)
-        kernel = small_products.available(X, W_p_steps, W_inter)
-        # the row index of a sum of every row into one matrix (W_inter's gradient), for the kernel
-        rows_to_one = torch.zeros(len(X), dtype=torch.int64) if kernel else None
-        for tau in reversed(range(len(ctx.running))):
-            n = ctx.running[tau]
-            # Rows [:n] ran step τ; G holds dL/dS_τ (written by step τ+1, or the output's
-            # gradient for rows whose premise ended at τ).
-            d = torch.ops.aten.tanh_backward(G[:n], states[tau + 1])  # dL/d(pre-activation)
-            S_prev, X_n = states[tau][:n], X[:n]
-            if kernel:  # the four products of the branch below, gathers and scatters included
-                small_products.gathered_product_t_add_(grad_X[:n], d, W_p_steps[tau], b_idx[:n])
-                small_products.scattered_t_product_add_(grad_W_p[tau], X_n, d, b_idx[:n])
-                small_products.scattered_t_product_add_(grad_W_inter_T[None], S_prev, d,
-                                                        rows_to_one[:n])
-                small_products.fixed_product_(G[:n], d, W_inter)
-            else:
-                W_p_rows = W_p_steps[tau].index_select(0, b_idx[:n])
-                grad_X[:n].baddbmm_(d, W_p_rows.transpose(-1, -2))  # of X W̃'^T
-                grad_W_p[tau].index_add_(0, b_idx[:n], torch.bmm(X_n.transpose(-1, -2), d))
-                grad_W_inter_T.addmm_(S_prev.reshape(-1, m).T, d.view(-1, m))  # of S W_inter^T
-                torch.mm(d.view(-1, m), W_inter, out=G[:n].view(-1, m))  # dL/dS_{τ-1}
-            grad_b_T += d.sum(dim=0)
-        if ctx.hypothesis_init:
-            grad_X += G  # S_0 = X
-        grad_X = torch.empty_like(grad_X).index_copy_(0, order, grad_X)  # the caller's order
-        return grad_X, grad_W_p, grad_W_inter_T.T, grad_b_T.T, None, None, None, None
 
 
 def time_major_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -445,8 +365,8 @@ class MatrixControlGRU(nn.Module):
         (W_zr, W_n), (X_zr, X_n), (b_zr, b_n) = W_H, W_X, b
         # The W̃_t part of Eq. 10-12 for every step at once: W̃_t^T W_X^T + b^T
         pre_zr, pre_n = torch.baddbmm(b_zr, X, X_zr), torch.baddbmm(b_n, X, X_n)
-        if _hand_written_backward_applies():
-            H_all = _ControlLoop.apply(W_zr, W_n, pre_zr, pre_n, words.running)
+        if torch.is_grad_enabled() and kernels.applies():  # a hand-written backward
+            H_all = kernels.control_loop(W_zr, W_n, pre_zr, pre_n, words.running)
         else:
             H_all = _control_loop(W_zr, W_n, pre_zr, pre_n, words.running)
         h = H_all.transpose(-1, -2).flatten(1)  # Eq. 14, VECTORIZE(H_t): (N, d)
@@ -467,15 +387,13 @@ def _control_loop(
     pre_zr: torch.Tensor,
     pre_n: torch.Tensor,
     running: list[int],
-    saved: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Eq. 10-13 over the hypothesis, transposed, for the rows of ``time_major_rows``.
 
     W_zr (N, m, 2m), W_n (N, m, m): each real word's generated ``[W_z^T | W_r^T]`` and ``W_h^T``;
     pre_zr, pre_n: the same shapes, its ``W̃_t^T W_X^T + b^T`` terms; ``running``: rows per
-    step. Returns every step's state ``H_t^T``, (N, m, m) in the same row order. ``saved``,
-    if given, receives each step's gates ``[Z^T | R^T]``, ``(R ⊙ H_{t-1})^T`` and ``H̃_t^T`` (for
-    ``_ControlLoop``'s backward).
+    step. Returns every step's state ``H_t^T``, (N, m, m) in the same row order. The reference
+    of ``kernels.control_loop`` (the same loop with a hand-written backward).
     """
     m = W_n.shape[-1]
     H = pre_n.new_zeros(running[0], m, m)  # H_0^T = 0, in the dtype of the gates (autocast)
@@ -489,73 +407,11 @@ def _control_loop(
         pre = torch.baddbmm(pre_zr_t, H, W_zr_t)
         gates = torch.sigmoid(pre) if pre.requires_grad else pre.sigmoid_()  # in place if no grad
         Z, R = gates.chunk(2, dim=-1)
-        RH = R * H
-        pre = torch.baddbmm(pre_n_t, RH, W_n_t)
+        pre = torch.baddbmm(pre_n_t, R * H, W_n_t)
         H_tilde = tanh(pre) if pre.requires_grad else tanh_(pre)  # Eq. 12
         H = torch.lerp(H, H_tilde, Z)  # Eq. 13: (1 - Z) ⊙ H + Z ⊙ H̃
         outputs.append(H)
-        if saved is not None:
-            saved += (gates, RH, H_tilde)
     return torch.cat(outputs)
-
-
-class _ControlLoop(torch.autograd.Function):
-    """``_control_loop`` with a hand-written backward (training without mixed precision).
-
-    Autograd's backward of the loop runs a dozen operations a step, slices and concatenates
-    every step's gradients and fills zeros for the rows that drop out. Here each step's
-    gradients are written straight into their rows of one buffer per input, and the
-    state's gradient is carried back in place. ``tests/test_din_model.py`` gradchecks it and
-    compares the model's gradients with the padded implementation's (float64).
-    """
-
-    @staticmethod
-    def forward(ctx: Any, W_zr: torch.Tensor, W_n: torch.Tensor, pre_zr: torch.Tensor,
-                pre_n: torch.Tensor, running: list[int]) -> torch.Tensor:
-        saved: list[torch.Tensor] = []
-        H_all = _control_loop(W_zr, W_n, pre_zr, pre_n, running, saved)
-        ctx.save_for_backward(W_zr, W_n, H_all, *saved)
-        ctx.running = running
-        return H_all
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_H: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        W_zr, W_n, H_all, *saved = ctx.saved_tensors
-        running, m = ctx.running, W_n.shape[-1]
-        starts = [0]
-        for n in running[:-1]:
-            starts.append(starts[-1] + n)
-        G_all = grad_H.contiguous().clone()  # dL/dH_t^T; step t+1 adds its part to step t's rows
-        grad_W_zr, grad_W_n = torch.empty_like(W_zr), torch.empty_like(W_n)
-        grad_pre_zr, grad_pre_n = torch.empty_like(W_zr), torch.empty_like(W_n)
-        d_gates = W_zr.new_empty(running[0], m, 2 * m)  # dL/d[Z^T | R^T], reused every step
-        for step in reversed(range(len(running))):
-            n, rows = running[step], slice(starts[step], starts[step] + running[step])
-            gates, RH, H_tilde = saved[3 * step: 3 * step + 3]
-            Z, R = gates.chunk(2, dim=-1)
-            H = H_all[starts[step - 1]:][:n] if step else H_all.new_zeros(n, m, m)  # H_{t-1}^T
-            G = G_all[rows]
-            # Eq. 13, H_t = H + Z ⊙ (H̃ − H): dL/dH̃ = G ⊙ Z, dL/dZ = G ⊙ (H̃ − H), dL/dH = G − G ⊙ Z
-            d_tilde = G * Z
-            d_Z, d_R = d_gates[:n].chunk(2, dim=-1)
-            torch.mul(G, H_tilde - H, out=d_Z)
-            d_H = G - d_tilde
-            # Eq. 12, H̃ = tanh(pre_n + (R ⊙ H) W_n): the pre-activation's, then the product's
-            d_pre_n = torch.ops.aten.tanh_backward.grad_input(d_tilde, H_tilde,
-                                                             grad_input=grad_pre_n[rows])
-            d_RH = torch.bmm(d_pre_n, W_n[rows].transpose(-1, -2))
-            torch.bmm(RH.transpose(-1, -2), d_pre_n, out=grad_W_n[rows])
-            torch.mul(d_RH, H, out=d_R)
-            d_H.addcmul_(d_RH, R)
-            # Eq. 10-11, [Z | R] = σ(pre_zr + H [W_z | W_r])
-            d_pre_zr = torch.ops.aten.sigmoid_backward.grad_input(d_gates[:n], gates,
-                                                                 grad_input=grad_pre_zr[rows])
-            d_H.baddbmm_(d_pre_zr, W_zr[rows].transpose(-1, -2))
-            torch.bmm(H.transpose(-1, -2), d_pre_zr, out=grad_W_zr[rows])
-            if step:
-                G_all[starts[step - 1]:][:n] += d_H  # rows [:n] of step t−1 are step t's rows
-        return grad_W_zr, grad_W_n, grad_pre_zr, grad_pre_n, None
 
 
 class VectorControlGRU(nn.Module):
@@ -817,12 +673,12 @@ class DIN(Network):
 
         ``nn.GRU`` runs unpacked: it runs forward and padding comes last, so real positions
         equal a packed run's (and the backward skips the packed sequence's zero-filled
-        gradients); in CPU training through ``gru_outputs`` (its equations, a hand-written
-        backward). ``PaperGRU`` steps through the real positions only.
+        gradients); in CPU training through ``kernels.gru_outputs`` (its equations, a
+        hand-written backward). ``PaperGRU`` steps through the real positions only.
         """
         if isinstance(self.encoder, PaperGRU):
             return self.encoder(x_p, premise_mask)[0]
-        return gru_outputs(self.encoder, x_p)
+        return kernels.gru_outputs(self.encoder, x_p)
 
     def transform(self, h_p: torch.Tensor, x_h: torch.Tensor, words: Words
                   ) -> tuple[torch.Tensor, torch.Tensor]:

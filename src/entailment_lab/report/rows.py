@@ -49,9 +49,10 @@ TRAIN_SIZE, HYPOTHESIS_ONLY = "data.train_size", "data.hypothesis_only"
 # The row's fields as keys of the run's resolved config (what W&B stores): the dashboard
 # groups its runs by them. The patience and the other settings are left to the runs table.
 ROW_CONFIG_KEYS = ("data.name", "model.name", "dim", TRAIN_SIZE, HYPOTHESIS_ONLY)
-# Keys of results.json's ``numeric_path`` that say how a value was chosen, not which
-# arithmetic ran: runs that differ only there took one path.
-_NOT_THE_PATH = frozenset({"threads_chosen_by"})
+# Keys of results.json's ``numeric_path`` (``numeric_path.py``; dotted: ``threads.detail``) that
+# say how a value was chosen, not which arithmetic ran: runs that differ only there took one
+# path. ``threads.detail`` is the load seen at start, different between identical runs.
+_NOT_THE_PATH = frozenset({"threads.chosen_by", "threads.detail"})
 METRICS = ("train", "train_eval", "val", "test")  # the accuracies a ``Job`` holds, in %
 
 
@@ -129,8 +130,13 @@ def numeric_path(job: Job) -> str | None:
     path = job.numeric_path
     if not isinstance(path, Mapping):
         return None
-    return json.dumps({k: v for k, v in path.items() if k not in _NOT_THE_PATH},
-                      sort_keys=True, default=str)
+    return json.dumps(_without(path, _NOT_THE_PATH), sort_keys=True, default=str)
+
+
+def _without(values: Mapping[str, Any], dropped: frozenset[str], prefix: str = "") -> dict:
+    """``values`` less the (dotted) keys in ``dropped``, at every depth."""
+    return {k: _without(v, dropped, f"{prefix}{k}.") if isinstance(v, Mapping) else v
+            for k, v in values.items() if f"{prefix}{k}" not in dropped}
 
 
 @dataclass(frozen=True)
