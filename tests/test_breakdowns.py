@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from entailment_lab.data.batching import GROUP_PREFIX
-from entailment_lab.data.datamodule import OVERLAP_BUCKETS, TextDataModule, overlap_bucket
+from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import UNK_ID
+from entailment_lab.data.transform import OVERLAP_BUCKETS, overlap_bucket
 from entailment_lab.errors import ConfigError
 from entailment_lab.pipeline import train
 from tests.conftest import compose_cfg, file_overrides

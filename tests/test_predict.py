@@ -33,8 +33,8 @@ def ckpt(pair_files, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def predictor(ckpt) -> Predictor:
-    module, _, run_cfg = load_trained(ckpt)
-    return Predictor(module, run_cfg)
+    module, _, _ = load_trained(ckpt)
+    return Predictor(module)
 
 
 def read_jsonl(path: Path) -> list[dict]:
