@@ -23,13 +23,18 @@ LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 PAIR = {"premise": ["premise"], "hypothesis": ["hypothesis"]}
 
 
+def trained(files: dict[str, str], out: Path, *overrides: str) -> str:
+    """The best checkpoint of a small LSTM trained on ``files`` (no early stopping)."""
+    train(compose_cfg([*LSTM, *FAST, *file_overrides(files), "optimizer.lr=0.01",
+                       "scheduler=none", "callbacks.early_stopping=null", "eval_train=false",
+                       *overrides], out))
+    return json.loads((out / "results.json").read_text())["best_checkpoint"]
+
+
 @pytest.fixture(scope="module")
 def ckpt(pair_files, tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("run")
-    train(compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=12",
-                       "optimizer.lr=0.01", "scheduler=none", "model.net.dropout=0.0",
-                       "callbacks.early_stopping=null", "eval_train=false", "seed=2"], out))
-    return json.loads((out / "results.json").read_text())["best_checkpoint"]
+    return trained(pair_files, tmp_path_factory.mktemp("run"), "trainer.max_epochs=12",
+                   "model.net.dropout=0.0", "seed=2")
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +106,8 @@ def test_logged_losses_are_means_over_pairs_whatever_the_batch_size(ckpt, pair_f
 @pytest.fixture(scope="module")
 def only_ckpt(pair_files, tmp_path_factory) -> str:
     """A hypothesis-only LSTM (data.hypothesis_only=true) that tells hypotheses apart."""
-    out = tmp_path_factory.mktemp("only")
-    train(compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "data.hypothesis_only=true",
-                       "trainer.max_epochs=8", "optimizer.lr=0.01", "scheduler=none",
-                       "callbacks.early_stopping=null", "eval_train=false", "seed=3"], out))
-    return json.loads((out / "results.json").read_text())["best_checkpoint"]
+    return trained(pair_files, tmp_path_factory.mktemp("only"), "data.hypothesis_only=true",
+                   "trainer.max_epochs=8", "seed=3")
 
 
 def test_a_hypothesis_only_checkpoint_predicts_as_eval_evaluates(only_ckpt, pair_files,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -477,7 +478,9 @@ class TextDataModule(L.LightningDataModule):
         num_proc = self.hparams.num_proc
         if num_proc is not None:
             return num_proc if num_proc > 1 else None
-        return 2 if len(ds) >= 50_000 else None  # worker start-up costs more than small splits
+        # worker start-up costs more than small splits; a second worker on one core, too
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+        return 2 if len(ds) >= 50_000 and cores > 1 else None
 
     def _report_lengths(self, split: str, ds: datasets.Dataset) -> None:
         max_length = self.transform.max_length
