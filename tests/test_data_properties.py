@@ -221,3 +221,26 @@ def test_a_file_of_no_gold_rows_only_is_one_line(tmp_path):
     assert str(err.value) == (f"{path}: every one of its 3 rows has a label in "
                               "data.drop_labels=[-1] (no gold label), so nothing is left; give "
                               "a file with gold labels")
+
+
+@settings(max_examples=EXAMPLES or 60, deadline=None, derandomize=not EXAMPLES, database=None)
+@given(sentences=st.lists(st.lists(st.sampled_from(["a", "b", "<unk>", "é", "x y", ""]),
+                                   max_size=7), max_size=12),
+       known=st.lists(st.sampled_from(["a", "é", "x y", "z"]), unique=True),
+       max_length=st.integers(1, 8), offset=st.integers(0, 3))
+def test_arrow_indexing_is_the_word_by_word_reading(sentences, known, max_length, offset):
+    """``index_table`` (Arrow, on a slice of a table as ``datasets`` hands it over) gives what
+    looking each word up does: its id or ``<unk>``'s, at most ``max_length`` of them, one
+    ``<unk>`` for an empty sentence; and the length before truncation."""
+    import pyarrow as pa
+
+    from entailment_lab.data.text import UNK_ID, Vocabulary
+    from entailment_lab.data.transform import index_table
+
+    vocab = Vocabulary(["<pad>", UNK, *known])
+    padded = [["a"]] * offset + sentences
+    table = pa.table({"sentence_tokens": pa.array(padded, pa.list_(pa.string()))})
+    out = index_table(table.slice(offset), ["sentence"], vocab.itos, max_length).to_pydict()
+    assert out["sentence_ids"] == [[vocab.stoi.get(t, UNK_ID) for t in s[:max_length]]
+                                   or [UNK_ID] for s in sentences]
+    assert out["sentence_length"] == [len(s) for s in sentences]

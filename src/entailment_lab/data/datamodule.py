@@ -38,7 +38,7 @@ from entailment_lab.data.text import Vocabulary
 from entailment_lab.data.transform import (
     OVERLAP_BUCKETS,
     InputTransform,
-    index_batch,
+    index_table,
     tokenize_batch,
 )
 from entailment_lab.errors import ConfigError, DataError
@@ -446,12 +446,10 @@ class TextDataModule(L.LightningDataModule):
         )
 
     def _index(self, split: str, ds: datasets.Dataset) -> datasets.Dataset:
-        ds = ds.map(
-            index_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
-            fn_kwargs=self.transform.index_options,
-            remove_columns=[f"{key}_tokens" for key in self.keys] + self.keys,
+        ds = ds.with_format("arrow").map(
+            index_table, batched=True, batch_size=20_000, fn_kwargs=self.transform.index_options,
             desc=f"index {split}",
-        )
+        ).with_format(None)
         self._report_lengths(split, ds)
         return ds
 
