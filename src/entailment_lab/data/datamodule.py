@@ -2,11 +2,13 @@
 
 ``prepare_data`` downloads a hub dataset into the local cache. Pipeline (``setup``): read
 splits (the cached hub dataset or local files: train, validation, and one or more test splits)
--> validate, label names -> ids -> drop unlabelled rows (label -1, SNLI's gold ``-``) -> number
+-> validate, label names -> ids -> drop unlabelled rows (label -1, SNLI's gold ``-``; wherever
+they sit, as a new table, so that all that follows sees the kept rows only) -> number
 each split's groups (``group_fields``) -> optionally carve a validation split from
 train -> tokenise (batched ``datasets.map``, cached by ``datasets``) -> build the vocabulary
 from ``vocab_splits`` (or take the one stored in a checkpoint) -> index and truncate ->
-batches of similar length.
+batches of similar length. Tokenising, the vocabulary and indexing are the run's input
+transform (``data/transform.py``), which the checkpoint stores for eval, predict and explain.
 """
 
 from __future__ import annotations
