@@ -7,7 +7,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from entailment_lab.cli import run_task
 from entailment_lab.config import check_config, register_resolvers
-from entailment_lab.data.text import Vocabulary
 from entailment_lab.explain import explain_dir, explain_pair
 from entailment_lab.files import save_figures
 from entailment_lab.pipeline import load_trained
@@ -20,9 +19,7 @@ log = logging.getLogger("explain")
 def explain(cfg: DictConfig) -> dict:
     check_config(cfg)
     module, _, run_cfg = load_trained(cfg.ckpt_path)
-    vocab = Vocabulary(module.metadata["vocab"])
-    result = explain_pair(module, vocab, cfg.premise, cfg.hypothesis,
-                          lowercase=bool(run_cfg.data.get("lowercase", True)))
+    result = explain_pair(module, cfg.premise, cfg.hypothesis)
     paths = save_figures(result.pop("figures"), cfg.out_dir)
     if not paths:
         log.warning("model '%s' returns no analysis maps; nothing to draw", run_cfg.model.name)

@@ -4,13 +4,15 @@ bucket of each test set (``results.json`` ``breakdowns``), and the hypothesis-on
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
 
 from entailment_lab.data.batching import GROUP_PREFIX
-from entailment_lab.data.datamodule import OVERLAP_BUCKETS, TextDataModule, overlap_bucket
+from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import UNK_ID
+from entailment_lab.data.transform import OVERLAP_BUCKETS, overlap_bucket
 from entailment_lab.errors import ConfigError
 from entailment_lab.pipeline import train
 from tests.conftest import compose_cfg, file_overrides
@@ -65,9 +67,12 @@ def test_hypothesis_only_refuses_sentence_data(sentence_files):
 
 @pytest.mark.parametrize("hypothesis_only", [False, True])
 def test_results_record_accuracy_per_class_and_overlap_bucket(hypothesis_only, pair_files,
-                                                              tmp_path):
+                                                              tmp_path, caplog):
     extra = ["data.hypothesis_only=true"] if hypothesis_only else []
-    train(compose_cfg([*TINY, *FAST, *extra, *file_overrides(pair_files)], tmp_path))
+    with caplog.at_level(logging.INFO, logger="entailment_lab"):
+        train(compose_cfg([*TINY, *FAST, *extra, *file_overrides(pair_files)], tmp_path))
+    said = [r for r in caplog.records if r.getMessage().startswith("hypothesis-only")]
+    assert len(said) == hypothesis_only  # the training log says so, once, at the start
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["hypothesis_only"] is hypothesis_only
     test = results["breakdowns"]["test"]

@@ -15,7 +15,6 @@ import pytest
 import torch
 from torch import nn
 
-from entailment_lab.data.text import Vocabulary
 from entailment_lab.errors import ConfigError
 from entailment_lab.explain import explain_pair
 from entailment_lab.models.base import HeatMap, Network
@@ -106,8 +105,7 @@ def test_a_new_model_trains_evaluates_and_explains(toy_config, pair_files, tmp_p
     assert 0.0 <= evaluate(cfg)["validation/acc"] <= 1.0
 
     module, _, _ = load_trained(ckpt)
-    explained = explain_pair(module, Vocabulary(module.metadata["vocab"]), "a man is sleeping",
-                             "a person sleeps", lowercase=True)
+    explained = explain_pair(module, "a man is sleeping", "a person sleeps")
     assert set(explained["figures"]) == {"similarity"}
 
 

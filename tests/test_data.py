@@ -80,6 +80,31 @@ def test_val_carve_by_premise_shares_no_premise_with_train(tmp_path):
         make_dm(files, val_from_train=20, val_group_by="sentence1").setup()
 
 
+def test_the_snli_dev2test_protocol_runs_on_hub_files_with_scattered_no_gold_rows(tmp_path):
+    """experiment=protocols/snli_dev2test (1,000 validation pairs carved by premise) on files in
+    the hub's schema whose label -1 rows are scattered, as in stanfordnlp/snli's train split."""
+    from entailment_lab.pipeline import train
+    from tests.conftest import FAST, compose_cfg
+
+    folder = tmp_path / "data" / "snli"
+    folder.mkdir(parents=True)
+    rows = [{"premise": f"a person number {i} is outside .", "hypothesis": f"someone {k} {i} .",
+             "label": -1 if (3 * i + k) % 97 == 40 else k} for i in range(420) for k in range(3)]
+    write_jsonl(rows, folder / "validation.jsonl.gz")
+    write_jsonl(rows[::7], folder / "test.jsonl.gz")
+    no_gold = sum(r["label"] == -1 for r in rows)
+    assert no_gold > 5
+    run = tmp_path / "run"
+    cfg = compose_cfg(["experiment=protocols/snli_dev2test", f"data_root={tmp_path / 'data'}",
+                       "model=lstm", "dim=8", "model.net.mlp_size=8", *FAST, "debug=fast"], run)
+    metrics = train(cfg)
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+    stats = json.loads((run / "results.json").read_text())["data_stats"]
+    assert stats["train/no_gold"] == no_gold
+    assert stats["validation/size"] >= 1000
+    assert stats["train/size"] + stats["validation/size"] == len(rows) - no_gold
+
+
 def test_train_size_takes_nested_subsets(pair_files):
     sizes = {}
     for n in (10, 20):

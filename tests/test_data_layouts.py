@@ -135,6 +135,11 @@ BAD_INPUT = {  # file name, content -> the message after "FILE: "
                     "row holds 0; use the ids 0 to 2 or the names entailment, neutral, "
                     "contradiction (data.label_names), or -1 / '-' for no gold label (such rows "
                     "are dropped), one kind throughout the file"),
+    # Arrow reads the column as floats throughout: the line is found in the file itself
+    "float.jsonl": (GOOD * 3 + GOOD.replace('"label": 0', '"label": 1.0'),
+                    "line 4: field 'label' (data.label_field) holds 1.0; use the ids 0 to 2 or "
+                    "the names entailment, neutral, contradiction (data.label_names), or -1 / "
+                    "'-' for no gold label (such rows are dropped), one kind throughout the file"),
     "number.jsonl": (GOOD + GOOD.replace('"a"', "12"),
                      "line 2: field 'premise' (data.fields.premise) holds 12, not text; write "
                      "every sentence as a string"),

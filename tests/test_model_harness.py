@@ -8,8 +8,10 @@ the way the pipeline does (``pipeline.build_net`` with the embedding of ``embedd
 - ``padding``: noise ids under the mask do not change a row's logits;
 - ``gradients``: one backward pass reaches every trainable parameter, none the frozen vectors;
 - ``overfit``: Adam fits 24 random examples with random labels, dropout off;
-- ``save_load_eval``: a debug training run writes ``results.json`` and a checkpoint, and
-  ``pipeline.evaluate`` on that checkpoint gives the same test accuracy;
+- ``save_load_eval``: a debug training run writes ``results.json`` and a checkpoint,
+  ``pipeline.evaluate`` on that checkpoint gives the same test accuracy, and ``predict.py`` on
+  the test file gives eval's accuracy (pair models also hypothesis-only: the checkpoint's input
+  transform is applied by both);
 - ``bad_config``: an unknown ``model.net.<key>`` is refused with a one-line ``ConfigError``
   naming the key, before any data is read.
 
@@ -49,7 +51,8 @@ from entailment_lab.config import instantiate
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.base import Network
-from entailment_lab.pipeline import build_net, evaluate, network_class, train
+from entailment_lab.pipeline import build_net, evaluate, load_trained, network_class, train
+from entailment_lab.predict import Predictor, predict_file
 from tests.conftest import (
     FAST,
     assert_padding_invariant,
@@ -222,12 +225,30 @@ def test_overfits_24_random_examples(model, folder):
     assert fits_exactly(net, inputs, labels, lr=1e-2)
 
 
-@pytest.mark.parametrize("model", cases("save_load_eval"))
-def test_trains_saves_and_evaluates_from_the_checkpoint(model, pair_files, sentence_files,
-                                                         tmp_path):
-    data = file_overrides(sentence_files if is_sentence_model(model) else pair_files)
-    cfg = compose_cfg([*model_overrides(model), *data, "debug=tiny", "trainer.max_epochs=1",
-                       "trainer.limit_test_batches=1.0", "eval_train=false"], tmp_path)
+def with_hypothesis_only(params: list[Any]) -> list[Any]:
+    """Each (model,) case as (model, False), and pair models also as (model, True): the
+    hypothesis-only setting of ``data.hypothesis_only``."""
+    out = []
+    for param in params:
+        model = param.values[0]
+        out.append(pytest.param(model, False, marks=param.marks, id=param.id))
+        if not is_sentence_model(model):
+            out.append(pytest.param(model, True, marks=param.marks,
+                                    id=f"{param.id}-hypothesis_only"))
+    return out
+
+
+@pytest.mark.parametrize(("model", "hypothesis_only"),
+                         with_hypothesis_only(cases("save_load_eval")))
+def test_trains_saves_and_evaluates_from_the_checkpoint(model, hypothesis_only, pair_files,
+                                                         sentence_files, tmp_path):
+    """... and predict.py, reading the test file through the checkpoint's input transform,
+    gets eval.py's accuracy on it, pair by pair, also when the run read hypotheses alone."""
+    files = sentence_files if is_sentence_model(model) else pair_files
+    only = ["data.hypothesis_only=true"] if hypothesis_only else []
+    cfg = compose_cfg([*model_overrides(model), *file_overrides(files), *only, "debug=tiny",
+                       "trainer.max_epochs=1", "trainer.limit_test_batches=1.0",
+                       "eval_train=false"], tmp_path)
     metrics = train(cfg)
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "completed" and results["model"] == model
@@ -239,6 +260,13 @@ def test_trains_saves_and_evaluates_from_the_checkpoint(model, pair_files, sente
                                       "trainer.enable_model_summary=false"], tmp_path / "eval",
                                      config_name="eval"))
     assert evaluated["test/acc"] == pytest.approx(metrics["test/acc"])
+    module, _, _ = load_trained(best)
+    out = tmp_path / "predictions.jsonl"
+    predict_file(Predictor(module), files["test"], out, {k: [k] for k in cfg.data.fields})
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    names = list(cfg.data.label_names)
+    accuracy = sum(row["prediction"] == names[row["label"]] for row in rows) / len(rows)
+    assert accuracy == pytest.approx(evaluated["test/acc"])
 
 
 @pytest.mark.parametrize("model", cases("bad_config"))

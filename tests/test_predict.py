@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -21,19 +22,24 @@ LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 PAIR = {"premise": ["premise"], "hypothesis": ["hypothesis"]}
 
 
-@pytest.fixture(scope="module")
-def ckpt(pair_files, tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("run")
-    train(compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "trainer.max_epochs=12",
-                       "optimizer.lr=0.01", "scheduler=none", "model.net.dropout=0.0",
-                       "callbacks.early_stopping=null", "eval_train=false", "seed=2"], out))
+def trained(files: dict[str, str], out: Path, *overrides: str) -> str:
+    """The best checkpoint of a small LSTM trained on ``files`` (no early stopping)."""
+    train(compose_cfg([*LSTM, *FAST, *file_overrides(files), "optimizer.lr=0.01",
+                       "scheduler=none", "callbacks.early_stopping=null", "eval_train=false",
+                       *overrides], out))
     return json.loads((out / "results.json").read_text())["best_checkpoint"]
 
 
 @pytest.fixture(scope="module")
+def ckpt(pair_files, tmp_path_factory) -> str:
+    return trained(pair_files, tmp_path_factory.mktemp("run"), "trainer.max_epochs=12",
+                   "model.net.dropout=0.0", "seed=2")
+
+
+@pytest.fixture(scope="module")
 def predictor(ckpt) -> Predictor:
-    module, _, run_cfg = load_trained(ckpt)
-    return Predictor(module, run_cfg)
+    module, _, _ = load_trained(ckpt)
+    return Predictor(module)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -72,6 +78,67 @@ def test_file_predictions_keep_fields_and_match_evaluation(ckpt, pair_files, tmp
     evaluated = evaluate(compose_cfg([f"ckpt_path={ckpt}", "trainer.enable_model_summary=false"],
                                      tmp_path / "eval", config_name="eval"))
     assert accuracy == pytest.approx(evaluated["test/acc"])
+
+
+def test_logged_losses_are_means_over_pairs_whatever_the_batch_size(ckpt, pair_files, tmp_path):
+    """One checkpoint, three evaluation batch sizes (300 = 256 + 44 at the default once gave
+    another test/loss than 100 or 300): the same test/loss, the mean cross-entropy per pair
+    of predict.py's probabilities."""
+    losses = {}
+    for size in (7, 16, 256):
+        evaluated = evaluate(compose_cfg([f"ckpt_path={ckpt}", f"data.eval_batch_size={size}",
+                                          "trainer.enable_model_summary=false"],
+                                         tmp_path / f"eval{size}", config_name="eval"))
+        losses[size] = evaluated["test/loss"]
+    output = tmp_path / "preds.jsonl"
+    predict_file(Predictor(load_trained(ckpt)[0]), pair_files["test"], output, PAIR)
+    names = ["entailment", "neutral", "contradiction"]
+    per_pair = [-math.log(row["probabilities"][names[row["label"]]])
+                for row in read_jsonl(output)]
+    assert len(per_pair) == 30 and len({round(v, 3) for v in per_pair}) > 1
+    for loss in losses.values():  # probabilities are rounded to 6 digits in the file
+        assert loss == pytest.approx(sum(per_pair) / len(per_pair), rel=1e-4)
+    assert losses[7] == pytest.approx(losses[256], rel=1e-6)
+    assert losses[16] == pytest.approx(losses[256], rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def only_ckpt(pair_files, tmp_path_factory) -> str:
+    """A hypothesis-only LSTM (data.hypothesis_only=true) that tells hypotheses apart."""
+    return trained(pair_files, tmp_path_factory.mktemp("only"), "data.hypothesis_only=true",
+                   "trainer.max_epochs=8", "seed=3")
+
+
+def test_a_hypothesis_only_checkpoint_predicts_as_eval_evaluates(only_ckpt, pair_files,
+                                                                   tmp_path):
+    """predict.py reads the hypothesis alone, as the run trained and eval.py evaluates: the same
+    accuracy on a labelled file whose no-gold rows (label -1, predicted but not scored) sit
+    mid-file, and probabilities that no premise changes."""
+    rows = read_jsonl(Path(pair_files["test"]))
+    for i in (3, 11, 20):
+        rows.insert(i, {**rows[i], "label": -1})
+    source = write_jsonl(tmp_path / "test.jsonl", rows)
+    output, swapped = tmp_path / "preds.jsonl", tmp_path / "swapped.jsonl"
+    predict(predict_cfg(only_ckpt, tmp_path, f"input={source}", f"output={output}"))
+    preds = read_jsonl(output)
+    assert len(preds) == len(rows) == 33  # every row predicted, the no-gold ones too
+    names = ["entailment", "neutral", "contradiction"]
+    gold = [p for p in preds if p["label"] >= 0]
+    accuracy = sum(p["prediction"] == names[p["label"]] for p in gold) / len(gold)
+    evaluated = evaluate(compose_cfg([f"ckpt_path={only_ckpt}", f"data.files.test={source}",
+                                      "trainer.enable_model_summary=false"], tmp_path / "eval",
+                                     config_name="eval"))
+    assert accuracy == pytest.approx(evaluated["test/acc"])
+    write_jsonl(tmp_path / "other.jsonl", [{**row, "premise": "zebras juggle fire ."}
+                                           for row in rows])
+    predict(predict_cfg(only_ckpt, tmp_path, f"input={tmp_path / 'other.jsonl'}",
+                        f"output={swapped}"))
+    assert [p["probabilities"] for p in read_jsonl(swapped)] == [p["probabilities"]
+                                                                  for p in preds]
+    with pytest.raises(ConfigError, match=r"^data\.hypothesis_only=False: a checkpoint reads "
+                                          r"its data as its training did"):
+        evaluate(compose_cfg([f"ckpt_path={only_ckpt}", "+data.hypothesis_only=false"],
+                             tmp_path / "eval2", config_name="eval"))
 
 
 def test_batch_size_does_not_change_predictions(predictor, pair_files, tmp_path):
@@ -137,6 +204,9 @@ def test_one_pair_is_printed(ckpt, tmp_path, capsys):
 
 @pytest.mark.parametrize(("content", "message"), [
     ('{"premise": "a", "hypothesis": "b"}\n{"premise": "a", "hypo\n', r"line 2: not valid JSON"),
+    # a missing "}" at the line's end: the column just past the end, not column 1 of "line 2"
+    ('{"premise": "a", "hypothesis": "b"}\r\n{"premise": "a", "hypothesis": "b"\r\n',
+     r"line 2: not valid JSON \(Expecting ',' delimiter at column 35\)"),
     ('{"premise": "a", "hypothesis": "b"}\n\n["a", "b"]\n', r"line 3: expected a JSON object"),
     ('{"premise": "a", "hypothesis": "b"}\n{"premise": "a", "hyp": "b"}\n',
      r"line 2: no field 'hypothesis' \(it has 'premise', 'hyp'\); name the hypothesis column "

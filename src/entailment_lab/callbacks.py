@@ -38,7 +38,8 @@ class ResultsRecorder(L.Callback):
     - each test loop: its metrics (``test/*``, ``<set>/*`` for a further test set such as
       ``test_mismatched`` or an extra test file, or ``train/*_eval`` when the module evaluates
       the training split), ``breakdowns`` (accuracy per class, per overlap bucket and per
-      ``data.group_fields`` group of each set, ``module.breakdown``), ``predictions`` (each
+      ``data.group_fields`` group of each set, ``module.breakdown``; in the W&B summary as
+      ``<set>/acc_per_<breakdown>/<group>``, ``breakdown_summary``), ``predictions`` (each
       example's predicted and gold class, compact: ``predictions.py``) and, for the test
       split, the confusion matrix (a W&B table too);
     - every save: ``numeric_path`` (``numeric_path.py``: torch, device, CPU, threads, the fast
@@ -125,8 +126,11 @@ class ResultsRecorder(L.Callback):
         self.metrics.update(metrics)
         self.results.update(metrics=self.metrics)
         if trainer.is_global_zero:
+            groups = breakdown_summary(pl_module.eval_prefix,
+                                       pl_module.breakdowns.get(pl_module.eval_prefix, {}))
             for lg in _wandb(trainer):
-                lg.experiment.summary.update({k: v for k, v in metrics.items() if v is not None})
+                lg.experiment.summary.update({k: v for k, v in {**metrics, **groups}.items()
+                                              if v is not None})
         self._save(trainer)
 
     # --- checkpoints -------------------------------------------------------------------------
@@ -237,6 +241,16 @@ def _numbers(trainer: L.Trainer, keys: tuple[str, ...] = (),
     """``trainer.callback_metrics`` named in ``keys`` or starting with one of ``prefixes``."""
     return {k: clean_number(v) for k, v in trainer.callback_metrics.items()
             if k in keys or (prefixes and k.startswith(prefixes))}
+
+
+def breakdown_summary(name: str, breakdown: dict[str, Any]) -> dict[str, float | None]:
+    """A test set's breakdowns (``module.breakdown``) as W&B summary keys: the accuracy of each
+    group, ``<set>/acc_per_<breakdown>/<group>`` (``test_matched/acc_per_genre/fiction``,
+    ``test/acc_per_overlap/100%``, ``test/acc_per_class/neutral``); ``None`` for an empty
+    group. ``results.json`` keeps the same figures with their sizes (``breakdowns``)."""
+    return {f"{name}/acc_per_{key.removeprefix('per_')}/{group}": cell["acc"]
+            for key, groups in breakdown.items() if isinstance(groups, dict)
+            for group, cell in groups.items()}
 
 
 def _log_confusion(trainer: L.Trainer, confusion: list[list[int]], labels: list[str]) -> None:

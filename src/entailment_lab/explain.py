@@ -23,8 +23,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from entailment_lab.data.batching import pad_ids
-from entailment_lab.data.text import Vocabulary, tokenize
+from entailment_lab.data.transform import InputTransform
 from entailment_lab.errors import UserError
 from entailment_lab.models.base import HeatMap, Network
 
@@ -86,20 +85,24 @@ def figures_for(net: Network, details: Mapping[str, torch.Tensor], premise: Sequ
 
 
 @torch.no_grad()
-def explain_pair(module: L.LightningModule, vocab: Vocabulary, premise: str, hypothesis: str,
-                 lowercase: bool) -> dict[str, Any]:
-    """Predict one pair and return its tokens, probabilities and heat-map figures."""
+def explain_pair(module: L.LightningModule, premise: str, hypothesis: str) -> dict[str, Any]:
+    """Predict one pair and return its tokens, probabilities and heat-map figures.
+
+    The pair is read by the checkpoint's input transform (``module.metadata``), as training
+    read its pairs: a hypothesis-only model sees one ``<unk>`` for the premise, and its maps
+    say so."""
     if module.net.inputs != "pair":
         raise UserError(f"explain reads a premise and a hypothesis; this checkpoint's "
                         f"{type(module.net).__name__} reads single sentences")
-    p_tokens, h_tokens = tokenize(premise, lowercase), tokenize(hypothesis, lowercase)
-    if not p_tokens or not h_tokens:
+    transform = InputTransform.of_checkpoint(module.metadata)
+    transform.announce()
+    tokens = transform.tokens({"premise": [premise], "hypothesis": [hypothesis]})
+    words = {key: tokens[f"{key}_tokens"][0] for key in transform.keys}
+    if not words["hypothesis"] or not (words["premise"] or transform.hypothesis_only):
         raise UserError("premise and hypothesis must each contain at least one word")
-    p_ids, p_mask = pad_ids([vocab.encode(p_tokens)])
-    h_ids, h_mask = pad_ids([vocab.encode(h_tokens)])
+    p_tokens, h_tokens = (transform.seen(words[key]) for key in ("premise", "hypothesis"))
     module.eval()
-    out = module({"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
-                  "hypothesis_mask": h_mask}, return_details=True)
+    out = module(transform.tensors(transform.ids(tokens)), return_details=True)
     probs = torch.softmax(out["logits"][0], dim=-1).tolist()
     names = module.label_names
     label = names[max(range(len(probs)), key=probs.__getitem__)]

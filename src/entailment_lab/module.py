@@ -85,6 +85,8 @@ class ClassifierModule(L.LightningModule):
 
         self.train_metrics, self.val_metrics, self.test_metrics = (collection(), collection(),
                                                                    collection())
+        # Each loss is the mean over pairs: every update weighs its batch mean by the batch's
+        # size, so an epoch's figure does not depend on how the pairs were batched.
         self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
         self.val_acc_best = MaxMetric()
         self.val_acc_best.persistent(True)  # survives resuming from last.ckpt
@@ -131,7 +133,7 @@ class ClassifierModule(L.LightningModule):
         # ``update``, not the metric's ``forward``: forward also computes the batch's own value
         # (a state copy, reset and restore; measured alone, 0.11 ms a call against 0.03 ms);
         # the step value is logged from ``loss`` below.
-        self.train_loss.update(loss.detach())
+        self.train_loss.update(loss.detach(), weight=len(batch["label"]))  # a mean over pairs
         self.train_metrics.update(logits, batch["label"])
         # ``self.log`` costs about a millisecond a call, as much as a small model's step, and
         # the logger writes every ``log_every_n_steps``-th step only (Lightning's rule: global
@@ -172,7 +174,7 @@ class ClassifierModule(L.LightningModule):
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
-        self.val_loss.update(loss)
+        self.val_loss.update(loss, weight=len(batch["label"]))  # a mean over pairs
         self.val_metrics.update(logits, batch["label"])
         self.log("val/loss", self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
         self._log_metrics("val", self.val_metrics)
@@ -214,7 +216,7 @@ class ClassifierModule(L.LightningModule):
 
     def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits = self._step(batch)
-        self.test_loss.update(loss)
+        self.test_loss.update(loss, weight=len(batch["label"]))  # a mean over pairs
         self.test_metrics.update(logits, batch["label"])
         self.test_confusion.update(logits, batch["label"])
         self._tally_groups(batch, logits)

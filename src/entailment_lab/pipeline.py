@@ -32,6 +32,7 @@ from entailment_lab.config import (
 )
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
+from entailment_lab.data.transform import CHECKPOINT_ENTRY, InputTransform
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.loggers import build_loggers, finish_wandb, resolve_wandb_group
@@ -50,8 +51,10 @@ log = logging.getLogger(__name__)
 
 # --- builders ----------------------------------------------------------------------------
 def build_datamodule(data_cfg: DictConfig, vocab: Vocabulary | None = None,
-                     test: bool = False) -> TextDataModule:
-    """The DataModule, set up (read, tokenised, indexed); ``vocab`` fixes the ids (eval).
+                     test: bool = False, transform: InputTransform | None = None
+                     ) -> TextDataModule:
+    """The DataModule, set up (read, tokenised, indexed); ``vocab`` fixes the ids (a resumed
+    run), ``transform`` the whole input transform, vocabulary included (a checkpoint's, eval).
 
     ``test``: the run tests after training, so each of ``data.test_splits`` must have its
     data; a local file left out fails here, before training, not after it.
@@ -59,6 +62,7 @@ def build_datamodule(data_cfg: DictConfig, vocab: Vocabulary | None = None,
     datamodule = instantiate(data_cfg, "data")
     if vocab is not None:
         datamodule.vocab = vocab
+    datamodule.transform = transform
     datamodule.prepare_data()
     datamodule.setup()
     missing = datamodule.missing_splits(datamodule.test_splits) if test else []
@@ -227,8 +231,8 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
     config = OmegaConf.to_container(cfg, resolve=True)
     module = build_module(cfg, net, embedding, datamodule.label_names, metadata={
-        "vocab": datamodule.vocab.itos, "embedding_dim": embedding.embedding_dim,
-        "config": config})
+        "vocab": datamodule.vocab.itos, CHECKPOINT_ENTRY: datamodule.transform.settings(),
+        "embedding_dim": embedding.embedding_dim, "config": config})
     module.group_names = datamodule.group_names
     results.update(data_stats=datamodule.stats, embedding_stats=getattr(embedding, "stats", {}))
 
@@ -297,11 +301,14 @@ def load_trained(ckpt_path: str | os.PathLike, data_overrides: Mapping[str, Any]
     """Rebuild a trained module (and, if ``data_overrides`` is given, its data) from a file.
 
     ``data_overrides`` is merged over the run's ``data`` config; ``None`` values keep the
-    run's own (an ``eval.py`` knob left unset).
+    run's own (an ``eval.py`` knob left unset). The data is read through the checkpoint's
+    input transform (``InputTransform.of_checkpoint``), as the run's training read it; an
+    override of one of its knobs is refused.
     """
     checkpoint, meta = checkpoint_metadata(ckpt_path)
     run_cfg = OmegaConf.create(meta["config"])
-    vocab = Vocabulary(meta["vocab"])
+    transform = InputTransform.of_checkpoint(meta)
+    vocab = transform.vocab
     # Shape-only embedding: the trained weights come from the state dict below.
     embedding = random_embeddings(vocab, dim=meta["embedding_dim"], freeze=True)
     net = build_net(run_cfg.model.net, embedding, len(meta["label_names"]), vocab)
@@ -310,9 +317,27 @@ def load_trained(ckpt_path: str | os.PathLike, data_overrides: Mapping[str, Any]
     module.eval()
     datamodule = None
     if data_overrides is not None:
-        data_cfg = OmegaConf.merge(run_cfg.data, _drop_none(data_overrides))
-        datamodule = build_datamodule(data_cfg, vocab)
+        overrides = _drop_none(data_overrides)
+        _keep_transform(transform, overrides)
+        data_cfg = OmegaConf.merge(run_cfg.data, overrides)
+        datamodule = build_datamodule(data_cfg, transform=transform)
     return module, datamodule, run_cfg
+
+
+#: data knobs that the input transform fixes at training (the last two: its vocabulary)
+TRANSFORM_KNOBS = ("lowercase", "max_length", "hypothesis_only", "vocab_splits",
+                   "vocab_min_freq")
+
+
+def _keep_transform(transform: InputTransform, overrides: Mapping[str, Any]) -> None:
+    """Refuse a ``data.*`` override that would read the data otherwise than training did."""
+    settings = transform.settings()
+    for key in TRANSFORM_KNOBS:
+        if key in overrides and overrides[key] != settings.get(key):
+            stored = ", ".join(f"{k}={v}" for k, v in settings.items() if k != "keys")
+            raise ConfigError(f"data.{key}={overrides[key]}: a checkpoint reads its data as its "
+                              f"training did (its input transform: {stored}, and its "
+                              f"vocabulary); drop data.{key}")
 
 
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -337,13 +362,16 @@ def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     confusion: list[list[int]] = []
     stored: dict[str, Any] = {}
     for name in [cfg.split, *add_extra_tests(cfg, datamodule)]:
+        # logged and printed under the set's own name (test_mismatched/acc); the training
+        # split as train.py's eval_train pass names it (train/acc_eval)
+        module.eval_split = name
         module.group_names = datamodule.group_names_of(name)
         trainer.test(module, dataloaders=datamodule.dataloader(name))
-        metrics.update({f"{name}/{k.removeprefix('test/')}": clean_number(v)
-                        for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
-        breakdowns[name] = module.breakdowns.get("test", {})
-        if "test" in module.predictions:  # each example's prediction (predictions.py)
-            stored[name] = predictions.entry(*module.predictions["test"])
+        metrics.update({k: clean_number(v) for k, v in trainer.callback_metrics.items()
+                        if k.startswith(f"{module.eval_prefix}/")})
+        breakdowns[name] = module.breakdown()
+        if name in module.predictions:  # each example's prediction (predictions.py)
+            stored[name] = predictions.entry(*module.predictions[name])
         if name == cfg.split:
             confusion = module.test_confusion.compute().tolist()
     results.update(metrics=metrics, confusion_matrix=confusion, labels=module.label_names,

@@ -1,13 +1,14 @@
 """Predictions for your own pairs (``src/predict.py``): a file of pairs, or one pair.
 
 Rows are read lazily (``data.sources.read_rows``, the platform's one local-file reader: JSON
-Lines, CSV, TSV, optionally gzipped, or Parquet), tokenised and
-indexed exactly as in training (the run's ``data.lowercase``, ``<unk>`` for unknown words,
-truncation at ``data.max_length``, an empty sentence as one ``<unk>``: the DataModule's own
-``tokenize_batch`` / ``index_batch``), predicted ``batch_size`` rows at a time, and written in
-input order with the input's own fields plus ``prediction`` and the class probabilities. The
-output is filled as a temporary file and renamed at the end: a failure leaves no half-written
-output. A bad line stops the run with one line that names it.
+Lines, CSV, TSV, optionally gzipped, or Parquet), read into ids by the checkpoint's own input
+transform (``data/transform.py``: the run's lower-casing, hypothesis-only switch, vocabulary
+with ``<unk>`` for unknown words, truncation at its ``max_length``, an empty sentence as one
+``<unk>``: what training, eval and explain apply), predicted ``batch_size`` rows at a time, and
+written in input order with the input's own fields plus ``prediction`` and the class
+probabilities. Every row is predicted, those without a gold label (``-``) too. The output is
+filled as a temporary file and renamed at the end: a failure leaves no half-written output. A
+bad line stops the run with one line that names it.
 """
 
 from __future__ import annotations
@@ -27,10 +28,8 @@ import torch
 from omegaconf import DictConfig
 
 from entailment_lab.config import check_config
-from entailment_lab.data.batching import pad_ids
-from entailment_lab.data.datamodule import index_batch, tokenize_batch
 from entailment_lab.data.sources import Row, file_format, open_text, read_rows
-from entailment_lab.data.text import Vocabulary
+from entailment_lab.data.transform import InputTransform
 from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.module import ClassifierModule
 from entailment_lab.pipeline import load_trained
@@ -114,32 +113,27 @@ def _cell(value: Any) -> str:
 
 # --- the model -----------------------------------------------------------------------------
 class Predictor:
-    """A trained module with its run's text processing: texts in, class probabilities out."""
+    """A trained module with its input transform: texts in, class probabilities out."""
 
-    def __init__(self, module: ClassifierModule, run_cfg: DictConfig,
-                 device: str | torch.device = "cpu") -> None:
+    def __init__(self, module: ClassifierModule, device: str | torch.device = "cpu") -> None:
         self.device = torch.device(device)
         self.module = module.to(self.device).eval()
-        self.keys = ["premise", "hypothesis"] if module.net.inputs == "pair" else ["sentence"]
-        self.stoi = Vocabulary(module.metadata["vocab"]).stoi
-        self.lowercase = bool(run_cfg.data.get("lowercase", True))
-        self.max_length = int(run_cfg.data.max_length)  # the run's own: every data config has it
+        self.transform = InputTransform.of_checkpoint(module.metadata)
+        self.transform.announce()
+        self.keys = list(self.transform.keys)
         self.label_names = list(module.label_names)
         self.counts: Counter[str] = Counter()  # truncated / empty sentences, per key
 
     @torch.no_grad()
     def probabilities(self, texts: Sequence[Mapping[str, str]]) -> list[list[float]]:
         """Class probabilities of each ``{key: text}`` (keys: ``self.keys``)."""
-        tokens = tokenize_batch({k: [t[k] for t in texts] for k in self.keys}, self.keys,
-                                self.lowercase)
-        indexed = index_batch(tokens, self.keys, self.stoi, self.max_length)
-        batch = {}
+        transform = self.transform
+        indexed = transform.ids(transform.tokens({k: [t[k] for t in texts] for k in self.keys}))
         for key in self.keys:
             lengths = indexed[f"{key}_length"]
-            self.counts[f"{key}_truncated"] += sum(n > self.max_length for n in lengths)
+            self.counts[f"{key}_truncated"] += sum(n > transform.max_length for n in lengths)
             self.counts[f"{key}_empty"] += lengths.count(0)
-            ids, mask = pad_ids(indexed[f"{key}_ids"])
-            batch[key], batch[f"{key}_mask"] = ids.to(self.device), mask.to(self.device)
+        batch = {k: v.to(self.device) for k, v in transform.tensors(indexed).items()}
         logits = self.module(batch)["logits"]
         return torch.softmax(logits.float(), dim=-1).cpu().tolist()
 
@@ -148,8 +142,9 @@ class Predictor:
         for key in self.keys:
             if self.counts[f"{key}_truncated"]:
                 log.warning("%d %s sentence(s) longer than data.max_length=%d tokens were "
-                            "truncated", self.counts[f"{key}_truncated"], key, self.max_length)
-            if self.counts[f"{key}_empty"]:
+                            "truncated", self.counts[f"{key}_truncated"], key,
+                            self.transform.max_length)
+            if self.counts[f"{key}_empty"] and not self.transform.empty_is_expected(key):
                 log.warning("%d empty %s sentence(s) were read as one <unk> token",
                             self.counts[f"{key}_empty"], key)
 
@@ -244,7 +239,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     device = _device(str(cfg.get("device", "cpu")))
 
     module, _, run_cfg = load_trained(cfg.ckpt_path)
-    predictor = Predictor(module, run_cfg, device)
+    predictor = Predictor(module, device)
     if given:
         return _predict_one(predictor, given, output)
     columns = _columns(cfg, run_cfg, predictor.keys)

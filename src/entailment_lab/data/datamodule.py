@@ -2,17 +2,20 @@
 
 ``prepare_data`` downloads a hub dataset into the local cache. Pipeline (``setup``): read
 splits (the cached hub dataset or local files: train, validation, and one or more test splits)
--> validate, label names -> ids -> drop unlabelled rows (label -1, SNLI's gold ``-``) -> number
+-> validate, label names -> ids -> drop unlabelled rows (label -1, SNLI's gold ``-``; wherever
+they sit, as a new table, so that all that follows sees the kept rows only) -> number
 each split's groups (``group_fields``) -> optionally carve a validation split from
 train -> tokenise (batched ``datasets.map``, cached by ``datasets``) -> build the vocabulary
 from ``vocab_splits`` (or take the one stored in a checkpoint) -> index and truncate ->
-batches of similar length.
+batches of similar length. Tokenising, the vocabulary and indexing are the run's input
+transform (``data/transform.py``), which the checkpoint stores for eval, predict and explain.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -33,7 +36,13 @@ from entailment_lab.data.sources import (
     load_local_split,
     prepare_split,
 )
-from entailment_lab.data.text import UNK_ID, Vocabulary, tokenize
+from entailment_lab.data.text import Vocabulary
+from entailment_lab.data.transform import (
+    OVERLAP_BUCKETS,
+    InputTransform,
+    index_table,
+    tokenize_batch,
+)
 from entailment_lab.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -54,51 +63,26 @@ def check_test_set_name(name: str, taken: Iterable[str]) -> None:
                           "otherwise, e.g. +extra_tests.hans=PATH")
 
 
-#: Lexical-overlap buckets of a pair: the share of the hypothesis's word types (tokens with a
-#: letter or digit, compared lower-cased) that also occur in the premise, in [0, .25), [.25, .5),
-#: [.5, .75), [.75, 1) and exactly 1 (every hypothesis word is in the premise: the overlap that
-#: McCoy et al. 2019, "Right for the wrong reasons", show models take for entailment).
-OVERLAP_BUCKETS = ("0-25%", "25-50%", "50-75%", "75-100%", "100%")
+def _keep_rows(table: pa.Table, drop_labels: list[int]) -> pa.Table:
+    """``datasets.map`` function (Arrow batches): the rows whose label is not dropped."""
+    labels = table.column("label")
+    return table.filter(pc.invert(pc.is_in(labels, value_set=pa.array(drop_labels,
+                                                                       labels.type))))
 
 
-def overlap_bucket(premise: Sequence[str], hypothesis: Sequence[str]) -> int:
-    """The index in ``OVERLAP_BUCKETS`` of a tokenised pair (a hypothesis without words: 0)."""
-    def words(tokens: Sequence[str]) -> set[str]:
-        return {t.lower() for t in tokens if any(c.isalnum() for c in t)}
-
-    hypothesis_words = words(hypothesis)
-    if not hypothesis_words:
-        return 0
-    share = len(hypothesis_words & words(premise)) / len(hypothesis_words)
-    return len(OVERLAP_BUCKETS) - 1 if share == 1 else int(share * (len(OVERLAP_BUCKETS) - 1))
-
-
-def tokenize_batch(batch: dict[str, list], keys: Sequence[str], lowercase: bool,
-                   pairs: bool = False, hypothesis_only: bool = False) -> dict:
-    """``datasets.map`` function: ``<key>_tokens`` for every text column; for ``pairs`` also
-    ``group_overlap`` (``overlap_bucket``), and with ``hypothesis_only`` every premise emptied
-    after that (indexed as one ``<unk>``: a constant premise)."""
-    out = {f"{key}_tokens": [tokenize(text, lowercase) for text in batch[key]] for key in keys}
-    if pairs:
-        out["group_overlap"] = [overlap_bucket(p, h) for p, h in
-                                zip(out["premise_tokens"], out["hypothesis_tokens"], strict=True)]
-    if hypothesis_only:
-        out["premise_tokens"] = [[] for _ in out["premise_tokens"]]
-    return out
-
-
-def index_batch(batch: dict[str, list], keys: Sequence[str], stoi: Mapping[str, int],
-                max_length: int) -> dict:
-    """``datasets.map`` function: ``<key>_ids`` (truncated to ``max_length``; an empty sentence
-    becomes one ``<unk>``) and ``<key>_length`` (the length before truncation)."""
-    out: dict[str, list] = {}
-    get = stoi.get
-    for key in keys:
-        token_lists = batch[f"{key}_tokens"]
-        out[f"{key}_ids"] = [[get(t, UNK_ID) for t in tokens[:max_length]] or [UNK_ID]
-                             for tokens in token_lists]
-        out[f"{key}_length"] = [len(tokens) for tokens in token_lists]
-    return out
+def drop_rows(ds: datasets.Dataset, drop_labels: Sequence[int], split: str) -> datasets.Dataset:
+    """``ds`` without the rows whose ``label`` is in ``drop_labels``, as a new table (no
+    indices mapping over the old one: code that reads columns of the table, ``ds.data``, sees
+    the kept rows only). Written once into the ``datasets`` cache, in Arrow, with no Python
+    rows; ``ds`` itself where no row is dropped."""
+    labels = ds.with_format("arrow")["label"]
+    if not drop_labels or not pc.any(pc.is_in(labels, value_set=pa.array(
+            list(drop_labels), labels.type))).as_py():
+        return ds
+    kept = ds.with_format("arrow").map(
+        _keep_rows, batched=True, batch_size=50_000, features=ds.features,
+        fn_kwargs={"drop_labels": list(drop_labels)}, desc=f"drop no-gold rows ({split})")
+    return kept.with_format(None)
 
 
 def count_tokens(columns: Iterable[pa.ChunkedArray]) -> Counter[str]:
@@ -251,7 +235,12 @@ class TextDataModule(L.LightningDataModule):
             raise ConfigError(
                 f"data.files.{self.validation_source}: not set, but data.validate_on="
                 f"{validate_on} validates on it; give data.files.{self.validation_source}=PATH")
+        #: the vocabulary: set before ``setup`` to fix the ids (a resumed run), else built
         self.vocab: Vocabulary | None = None
+        #: everything done to a pair before the network (``data/transform.py``): set before
+        #: ``setup`` to read the data as a checkpoint's training did (eval), else built from
+        #: the ``data.*`` knobs and the vocabulary; stored in every checkpoint
+        self.transform: InputTransform | None = None
         self.splits: dict[str, datasets.Dataset] = {}
         self.test_split = "test"  # what test_dataloader() serves
         self.stats: dict[str, Any] = {}
@@ -323,18 +312,24 @@ class TextDataModule(L.LightningDataModule):
 
     def _prepare(self, split: str, ds: datasets.Dataset, source: str | None
                  ) -> datasets.Dataset:
-        """Validate a raw split, drop rows without a gold label, number its groups."""
+        """Validate a raw split, drop rows without a gold label, number its groups.
+
+        The drop comes first and makes a new table (``drop_rows``), so everything computed
+        from rows afterwards (groups, the validation carve, ``train_size``, tokens) sees the
+        kept rows only, each with its own label and group values."""
         drop_labels = list(self.hparams.drop_labels)
         ds = prepare_split(ds, split, self.columns, self.label_names, drop_labels, source,
                            keep=self.group_fields)
-        if drop_labels:
-            before = len(ds)
-            labels = np.asarray(ds.data.column("label"))
-            keep = np.flatnonzero(~np.isin(labels, drop_labels))
-            if len(keep) < before:
-                ds = ds.select(keep)
-                log.info("%s: dropped %d rows with label in %s (no gold label)",
-                         split, before - len(keep), drop_labels)
+        before = len(ds)
+        ds = drop_rows(ds, drop_labels, split)
+        self.stats[f"{split}/no_gold"] = before - len(ds)
+        if len(ds) < before:
+            log.info("%s: dropped %d rows with label in %s (no gold label)",
+                     split, before - len(ds), drop_labels)
+        if len(ds) == 0:
+            raise DataError(f"{source or f'split {split!r}'}: every one of its {before} rows has "
+                            f"a label in data.drop_labels={drop_labels} (no gold label), so "
+                            "nothing is left; give a file with gold labels")
         groups = {}
         for field in self.group_fields:
             if field not in ds.column_names:
@@ -347,35 +342,42 @@ class TextDataModule(L.LightningDataModule):
         return ds
 
     def _carve_validation(self, raw: dict[str, datasets.Dataset]) -> None:
+        """Carve ``val_from_train`` rows of train (after the no-gold drop) into validation:
+        pairs at random, or whole ``val_group_by`` groups until there are enough."""
         n, group_by = self.hparams.val_from_train, self.hparams.val_group_by
         if not n:
             return
         if "train" not in raw:
             raise ConfigError("data.val_from_train needs a train split")
-        if not (0 < n < 1 or (n >= 1 and float(n).is_integer() and n < len(raw["train"]))):
+        train = raw["train"]
+        wanted = int(n) if n >= 1 else math.ceil(n * len(train))
+        if not ((0 < n < 1 or float(n).is_integer()) and 1 <= wanted < len(train)):
             raise ConfigError(
                 f"data.val_from_train={n}: give a fraction in (0, 1) or a whole number of "
-                f"examples below the train size ({len(raw['train'])})"
+                f"examples that leaves train some rows (it has {len(train)} with a gold label)"
             )
         if "validation" in raw:
             log.warning("data.val_from_train is set: the given validation split is replaced")
+        self.split_group_names["validation"] = self.split_group_names.get("train", {})
         if group_by is None:
-            parts = raw["train"].train_test_split(
-                test_size=int(n) if n >= 1 else n, seed=self.split_seed, shuffle=True
-            )
+            # datasets' own carve: the same split for an int and the fraction it rounds to
+            parts = train.train_test_split(test_size=wanted, seed=self.split_seed, shuffle=True)
             raw["train"], raw["validation"] = parts["train"], parts["test"]
             return
-        train = raw["train"]
         if group_by not in train.column_names:
             raise ConfigError(f"data.val_group_by={group_by!r}: no such field (the data "
                               f"has {sorted(train.column_names)})")
-        wanted = int(n) if n >= 1 else math.ceil(n * len(train))
-        groups = np.unique(np.asarray(train.data.column(group_by).to_pylist(),
-                                      dtype=object), return_inverse=True)[1]
+        values = train.with_format("arrow")[group_by].to_pylist()  # the kept rows', in order
+        groups = np.unique(np.asarray(values, dtype=object), return_inverse=True)[1]
         order = np.random.default_rng(self.split_seed).permutation(groups.max() + 1)
         sizes = np.bincount(groups)[order]
         taken = order[: int(np.searchsorted(np.cumsum(sizes), wanted)) + 1]
         is_val = np.isin(groups, taken)
+        if is_val.all():
+            raise ConfigError(
+                f"data.val_from_train={n} with data.val_group_by={group_by}: whole {group_by} "
+                f"groups take every train row ({len(train)} rows in {len(sizes)} groups); give "
+                "a smaller number")
         raw["validation"] = train.select(np.flatnonzero(is_val))
         raw["train"] = train.select(np.flatnonzero(~is_val))
         log.info("validation: %d rows of %d %s groups carved from train (no %s in both)",
@@ -408,9 +410,14 @@ class TextDataModule(L.LightningDataModule):
         raw = self._read()
         self._carve_validation(raw)
         self._subsample_train(raw)
-        tokenized = {split: self._tokenize(split, ds) for split, ds in raw.items()}
+        transform = self.transform or InputTransform(
+            tuple(self.keys), lowercase=self.hparams.lowercase,
+            max_length=self.hparams.max_length, hypothesis_only=self.hparams.hypothesis_only,
+            vocab=self.vocab)
+        transform.announce()
+        tokenized = {split: self._tokenize(split, ds, transform) for split, ds in raw.items()}
         vocab_splits = list(self.hparams.vocab_splits)
-        if self.vocab is None:
+        if transform.vocab is None:
             missing = [s for s in vocab_splits if s not in tokenized]
             if missing and self.files and missing[0] in self.split_names:
                 tested = " (a test split: data.test_splits)" * (missing[0] in self.test_splits)
@@ -422,33 +429,30 @@ class TextDataModule(L.LightningDataModule):
                     f"data.vocab_splits names {missing}, which this corpus does not have "
                     f"(has {sorted(tokenized)})"
                 )
-            self.vocab = Vocabulary.from_counts(
+            transform = transform.with_vocab(Vocabulary.from_counts(
                 count_tokens(tokenized[s].data.column(f"{key}_tokens")
                              for s in vocab_splits for key in self.keys),
                 min_freq=self.hparams.vocab_min_freq,
-            )
-        log.info("vocabulary: %d tokens from %s", len(self.vocab), vocab_splits)
+            ))
+            log.info("vocabulary: %d tokens from %s", len(transform.vocab), vocab_splits)
+        self.transform, self.vocab = transform, transform.vocab
         for split, ds in tokenized.items():
             self.splits[split] = self._index(split, ds)
         if self.validation_source:
             self.split_group_names["validation"] = self.split_group_names[self.validation_source]
 
-    def _tokenize(self, split: str, ds: datasets.Dataset) -> datasets.Dataset:
+    def _tokenize(self, split: str, ds: datasets.Dataset,
+                  transform: InputTransform | None = None) -> datasets.Dataset:
         return ds.map(
             tokenize_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
-            fn_kwargs={"keys": self.keys, "lowercase": self.hparams.lowercase,
-                       "pairs": self.pairs, "hypothesis_only": self.hparams.hypothesis_only},
-            desc=f"tokenise {split}",
+            fn_kwargs=(transform or self.transform).tokenize_options, desc=f"tokenise {split}",
         )
 
     def _index(self, split: str, ds: datasets.Dataset) -> datasets.Dataset:
-        ds = ds.map(
-            index_batch, batched=True, batch_size=2000, num_proc=self._num_proc(ds),
-            fn_kwargs={"keys": self.keys, "stoi": self.vocab.stoi,
-                       "max_length": self.hparams.max_length},
-            remove_columns=[f"{key}_tokens" for key in self.keys] + self.keys,
+        ds = ds.with_format("arrow").map(
+            index_table, batched=True, batch_size=20_000, fn_kwargs=self.transform.index_options,
             desc=f"index {split}",
-        )
+        ).with_format(None)
         if split != "train":  # each prediction back in its row (predictions.py)
             ds = ds.add_column(ROW_KEY, np.arange(len(ds), dtype=np.int64))
         self._report_lengths(split, ds)
@@ -462,8 +466,8 @@ class TextDataModule(L.LightningDataModule):
         a missing file, a label outside ``label_names`` with its file, line and field).
         """
         key = f"extra_tests.{name}"
-        if self.vocab is None:
-            raise RuntimeError("add_test_file needs the vocabulary: call setup() first")
+        if self.transform is None:
+            raise RuntimeError("add_test_file needs the input transform: call setup() first")
         check_test_set_name(name, {*self.split_names, *self.splits})
         try:
             ds = self._prepare(name, load_local_split(path, name, self.hparams.cache_dir, key),
@@ -477,10 +481,12 @@ class TextDataModule(L.LightningDataModule):
         num_proc = self.hparams.num_proc
         if num_proc is not None:
             return num_proc if num_proc > 1 else None
-        return 2 if len(ds) >= 50_000 else None  # worker start-up costs more than small splits
+        # worker start-up costs more than small splits; a second worker on one core, too
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+        return 2 if len(ds) >= 50_000 and cores > 1 else None
 
     def _report_lengths(self, split: str, ds: datasets.Dataset) -> None:
-        max_length = self.hparams.max_length
+        max_length = self.transform.max_length
         for key in self.keys:
             lengths = np.asarray(ds.data.column(f"{key}_length"))
             n_long, n_empty = int((lengths > max_length).sum()), int((lengths == 0).sum())
@@ -488,7 +494,7 @@ class TextDataModule(L.LightningDataModule):
                 log.warning(
                     "%s: %d %s sentence(s) longer than data.max_length=%d tokens were truncated "
                     "(longest: %d)", split, n_long, key, max_length, int(lengths.max()))
-            if n_empty and not (key == "premise" and self.hparams.hypothesis_only):
+            if n_empty and not self.transform.empty_is_expected(key):
                 log.warning("%s: %d empty %s sentence(s) were replaced by one <unk> token",
                             split, n_empty, key)
             self.stats[f"{split}/{key}_truncated"] = n_long
@@ -499,7 +505,7 @@ class TextDataModule(L.LightningDataModule):
         """(n, number of text keys) array of token counts after truncation."""
         ds = self.splits[split]
         cols = [np.minimum(np.maximum(np.asarray(ds.data.column(f"{k}_length")), 1),
-                           self.hparams.max_length) for k in self.keys]
+                           self.transform.max_length) for k in self.keys]
         return np.stack(cols, axis=1)
 
     # --- loaders -------------------------------------------------------------------------

@@ -253,8 +253,8 @@ def read_rows(path: str | os.PathLike) -> Iterator[Row]:
 
 
 def _json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
+    try:  # without its line break, so an error at the line's end is in this line's columns
+        row = json.loads(line.rstrip("\r\n"))
     except json.JSONDecodeError as err:
         raise DataError(f"{path} line {lineno}: not valid JSON ({err.msg} at column "
                         f"{err.colno})") from None
@@ -417,6 +417,15 @@ def _python_values(values: pa.ChunkedArray) -> list[Any]:
     return values.to_pylist()
 
 
+def _written_values(values: pa.ChunkedArray, source: str | None, column: str) -> list[Any]:
+    """A column's values as the file wrote them: a JSON Lines file is read again, row by row,
+    because Arrow turns a column of ints with one ``1.0`` into floats throughout (which would
+    blame the first row); other sources as Arrow holds them."""
+    if source is not None and file_format(Path(source)).builder == "json":
+        return [row.get(column) for _, row in read_rows(source)]
+    return _python_values(values)
+
+
 def _first_odd(values: list[Any], ok: type | tuple[type, ...]) -> tuple[int, str]:
     """The first non-null row whose value is not an ``ok`` (bools are not ids) or whose type
     differs from the first value's, and what is odd about it."""
@@ -472,7 +481,7 @@ def prepare_split(
             if values.null_count == len(values):
                 raise fail(None, key, "is empty in every row",
                            f"set {knob(key)} to the column that holds the text")
-            row, what = _first_odd(_python_values(values), str)
+            row, what = _first_odd(_written_values(values, source, columns[key]), str)
             raise fail(row, key, f"{what}, not text", "write every sentence as a string")
         if values.null_count:
             row = pc.index(pc.is_null(values), True).as_py()
@@ -484,7 +493,7 @@ def prepare_split(
         spellings = pa.array(list(lookup), labels.type)
         bad = pc.invert(pc.is_in(_normalized(labels), value_set=spellings))
     else:  # floats, lists, or ids and names mixed (a JSON-extension column)
-        row, what = _first_odd(_python_values(labels), (int, str))
+        row, what = _first_odd(_written_values(labels, source, columns["label"]), (int, str))
         raise fail(row, "label", what, f"{accepted}, one kind throughout the file")
     if pc.any(bad).as_py():
         row = pc.index(bad, True).as_py()
