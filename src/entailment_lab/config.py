@@ -140,7 +140,7 @@ def check_config_fast(cfg: DictConfig, overrides: list[str] | None = None) -> No
     or the reverse; every file the config names; the test splits; the callbacks' monitors
     against the metrics the run logs; ``data.val_group_by`` without a carve; the device and
     the processes against this machine. ``overrides``: the command line's (default: Hydra's)."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
+    missing = sorted(missing_keys(cfg))
     if missing:
         raise ConfigError(
             f"required config value(s) not set: {', '.join(missing)}; give them on the command "
@@ -157,6 +157,23 @@ def check_config_fast(cfg: DictConfig, overrides: list[str] | None = None) -> No
     check_validation_carve(cfg)
     if "trainer" in cfg:
         check_device(cfg.trainer)
+
+
+def missing_keys(cfg: DictConfig) -> list[str]:
+    """The dotted keys whose value is required (``???``) and not given; unlike
+    ``OmegaConf.missing_keys`` it resolves nothing, so a value that interpolates a missing one
+    (``${data_root}/sick/train.jsonl.gz``) does not fail before the missing one is named."""
+    found = []
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        elif node == "???":
+            found.append(prefix[:-1])
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return found
 
 
 def check_model(cfg: DictConfig) -> None:
@@ -302,6 +319,11 @@ def check_splits(cfg: DictConfig) -> None:
                               f"'{split}'{did_you_mean(split, known)}; its splits: "
                               f"{', '.join(dict.fromkeys(known))}")
     files = {k for k, v in (data.get("files") or {}).items() if v is not None}
+    reads = ["train", "validation", *test_splits]
+    for split in sorted(files - set(reads)):
+        raise ConfigError(f"data.files.{split}: not a split this run reads"
+                          f"{did_you_mean(split, reads)}; it reads {', '.join(reads)} (a further "
+                          "test set: +extra_tests.NAME=PATH)")
     if not files and data.get("hub_name"):
         return  # from the hub
     needed = ["train", *(test_splits if cfg.get("test") else [])]
@@ -337,7 +359,8 @@ def check_monitors(cfg: DictConfig) -> None:
     for name, node in (cfg.get("callbacks") or {}).items():
         monitor = node.get("monitor") if isinstance(node, Mapping) else None
         if monitor is not None and monitor not in logged:
-            main = [m for m in logged if m.count("/") == 1 and not m.startswith("train/l")]
+            main = [m for m in logged if m.count("/") == 1 and m not in (
+                "train/loss_step", "train/reg_loss", "train/l2_penalty")]
             raise ConfigError(f"callbacks.{name}.monitor={monitor}: the run logs no such metric"
                               f"{did_you_mean(str(monitor), logged)} (it logs "
                               f"{', '.join(main)}, ...)")

@@ -77,7 +77,7 @@ def checked_command(config_name: str, args: Sequence[str], config_dir: Path,
         return args  # Hydra's own flags (--help, --cfg, -cn, ...): Hydra answers them
     multirun = any(a in MULTIRUN_FLAGS for a in args)
     overrides = [a for a in args if a not in MULTIRUN_FLAGS]
-    with _hydra(config_dir, config_name):
+    with hydra_context(config_dir, config_name):
         parsed = _parse(overrides)
         _check_groups(parsed)
         resumed = None
@@ -109,7 +109,7 @@ def checked_command(config_name: str, args: Sequence[str], config_dir: Path,
 
 # --- Hydra ----------------------------------------------------------------------------------
 @contextmanager
-def _hydra(config_dir: Path, config_name: str) -> Iterator[None]:
+def hydra_context(config_dir: Path, config_name: str) -> Iterator[None]:
     """Hydra initialised on ``config_dir`` for the checks, cleared after (``@hydra.main``
     initialises its own)."""
     from hydra import initialize_config_dir
@@ -269,7 +269,7 @@ def _composition_error(config_name: str, overrides: list[str], err: BaseExceptio
     if unknown:
         key = unknown.group(1)
         base = _base(config_name, overrides)
-        problem = added_key_problem(key, base, base)
+        problem = added_key_problem(key, base, base, adding=False)
         return f"{key}: {problem}" if problem else \
             f"{key}: not in the config, but a knob of its node: add it with +{key}=..."
     exists = re.search(r"Could not append to config\. An item is already at '([^']+)'", message)
@@ -341,16 +341,18 @@ def _base_without(config_name: str, overrides: list[str], added: list[Any]) -> D
     return compose(config_name, overrides=[o for o in overrides if o not in lines])
 
 
-def added_key_problem(key: str, base: DictConfig, cfg: DictConfig) -> str | None:
+def added_key_problem(key: str, base: DictConfig, cfg: DictConfig,
+                      adding: bool = True) -> str | None:
     """Why ``key``, absent from ``base`` (the config without the added keys), is no knob of
-    ``cfg``; ``None`` when it is one."""
+    ``cfg``; ``None`` when it is one. ``adding``: given with ``+`` (else a plain override of
+    a key the config lacks: a new test set, split or object is no plain override)."""
     from entailment_lab.schema import module_constant, read_target
 
     parent, _, name = key.rpartition(".")
-    if parent in OPEN_NODES:
+    if parent in OPEN_NODES and adding:
         return None
     head, _, rest = key.partition(".")
-    if head in NAMED_OBJECTS and rest:
+    if head in NAMED_OBJECTS and rest and adding:
         member = rest.split(".")[0]
         if OmegaConf.select(base, f"{head}.{member}", default=None) is None:
             node = OmegaConf.select(cfg, f"{head}.{member}", default=None)
@@ -365,15 +367,38 @@ def added_key_problem(key: str, base: DictConfig, cfg: DictConfig) -> str | None
         if target.endswith("Trainer"):  # conf/trainer/default.yaml lists every argument
             return f"not an argument of the Trainer{did_you_mean(name, arguments)}"
         source = read_target(target)
-        if source is None or not source.complete:
-            return None  # another package's: the built checks instantiate it
-        if name in source.arguments or source.open_ended:
+        if source is not None and source.complete:
+            arguments, open_ended, shown_as = list(source.arguments), source.open_ended, \
+                source.name
+        else:  # another package's (torch, Lightning): imported, as the run will
+            found = imported_signature(target)
+            if found is None:
+                return None  # cannot be imported: instantiating it says why
+            (arguments, open_ended), shown_as = found, target
+        if name in arguments or open_ended:
             return None
-        context = module_constant("entailment_lab.models.base", "CONTEXT_ARGUMENTS")
-        knobs = [a for a in source.arguments if a not in context]
-        return (f"not an argument of {source.name}{did_you_mean(name, knobs)}; its arguments: "
+        context = {*module_constant("entailment_lab.models.base", "CONTEXT_ARGUMENTS"),
+                   "params", "optimizer"}  # what the run passes (a network's, an optimiser's)
+        knobs = [a for a in arguments if a not in context]
+        return (f"not an argument of {shown_as}{did_you_mean(name, knobs)}; its arguments: "
                 f"{', '.join(knobs)}")
     return f"no such key{did_you_mean(key, _knob_names(base))}"
+
+
+def imported_signature(target: str) -> tuple[list[str], bool] | None:
+    """The parameter names of ``target`` (imported) and whether it takes ``**kwargs``."""
+    import inspect
+
+    import hydra
+
+    try:
+        obj = hydra.utils.get_object(target)
+        parameters = inspect.signature(obj).parameters
+    except Exception:
+        return None
+    names = [n for n, p in parameters.items()
+             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"]
+    return names, any(p.kind == p.VAR_KEYWORD for p in parameters.values())
 
 
 # --- resuming ---------------------------------------------------------------------------------
@@ -415,6 +440,7 @@ def resume_overrides(overrides: list[str]) -> tuple[list[str], Resumed | None]:
         raise ConfigError(f"ckpt_path={value}: no such checkpoint")
     run = run_folder(checkpoint)
     stored = stored_overrides(run)
+    _refuse_other_groups(overrides, run)
     kept = [o for o in stored or [] if _override_key(o) not in given
             and _override_key(o) not in ("ckpt_path",) and not o.startswith("hydra.")]
     merged = [*kept, *overrides]
@@ -450,6 +476,22 @@ def _leaves(cfg: DictConfig) -> dict[str, Any]:
     return found
 
 
+def _refuse_other_groups(overrides: list[str], run: Path) -> None:
+    """A group option other than the run's (``model=din1`` resuming an LSTM) contradicts the
+    checkpoint, told before composing (the run's own values may not fit the other option)."""
+    path = run / ".hydra" / "hydra.yaml"
+    if not path.is_file():
+        return
+    choices = OmegaConf.to_container(OmegaConf.load(path).hydra.runtime.choices, resolve=False)
+    for override in _parse(overrides):
+        group = override.key_or_group
+        if group in (*RESUME_FIXED, "experiment") and _is_group(group) and group in choices \
+                and str(override.value()) != str(choices[group]):
+            raise ConfigError(f"{override.input_line}: contradicts the checkpoint: the run "
+                              f"trained {group}={choices[group]} ({path}); resume without "
+                              "changing it, or start a new run (no ckpt_path)")
+
+
 def config_differences(old: DictConfig, new: DictConfig) -> list[tuple[str, Any, Any]]:
     """``(key, old value, new value)`` of each leaf the checkpoint depends on that differs
     (``RESUME_FIXED`` less ``RESUME_FREE``), the model's name and ``dim`` first, then the
@@ -479,9 +521,11 @@ def _refuse_differences(old: DictConfig, new: DictConfig, resumed: Resumed, wher
     culprit = culprit or next((o for o in resumed.given if "=" in o and _is_group(
         _override_key(o))), None)
     said = f"{culprit}: " if culprit else ""
+    fix = "resume without changing it, or start a new run (no ckpt_path)" if resumed.stored \
+        is not None else (f"the run's overrides were not found ({resumed.run}/.hydra/"
+                          "overrides.yaml): give them on the command line")
     raise ConfigError(f"{said}contradicts the checkpoint: {key} was {shown(before)} in the run "
-                      f"({where}), now {shown(now)}; resume without changing it, or start a new "
-                      "run (no ckpt_path)")
+                      f"({where}), now {shown(now)}; {fix}")
 
 
 def check_run_folder(job: Job, resumed: Resumed | None) -> None:

@@ -21,6 +21,7 @@ import difflib
 import fnmatch
 import functools
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -490,7 +491,12 @@ def _knob_of(node: ast.expr) -> Knob | None:
 def nearest(word: str, candidates: Iterable[str]) -> str | None:
     """The candidate closest to a mistyped ``word`` (difflib's ratio, as git's and cargo's
     "did you mean"), or ``None`` where none is close."""
-    found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    candidates = list(candidates)
+    for digit in re.finditer(r"(?<!\d)\d(?!\d)", word):  # row7 -> row07, as files are named
+        padded = f"{word[:digit.start()]}0{word[digit.start():]}"
+        if padded in candidates:
+            return padded
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return found[0] if found else None
 
 
