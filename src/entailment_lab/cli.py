@@ -29,8 +29,13 @@ def checked_main(hydra_main: Callable[[], Any], config_name: str, script: str) -
     (``error: ...``), exit status 1, before Hydra makes a run folder and before any data is
     read. ``script``: the entry point's file (``conf/`` is beside its folder, as its
     ``config_path="../conf"`` says)."""
+    import os
+
     from entailment_lab.precheck import checked_command
 
+    if os.environ.get("LOCAL_RANK", "0") != "0":  # a DDP rank Lightning started: rank 0 checked
+        hydra_main()
+        return
     conf = Path(script).resolve().parent.parent / "conf"
     try:
         sys.argv[1:] = checked_command(config_name, sys.argv[1:], conf)

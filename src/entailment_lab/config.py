@@ -280,8 +280,8 @@ def build_network_shape(cfg: DictConfig, network: type | None = None) -> None:
 
 def check_files(cfg: DictConfig) -> None:
     """Every file the config names exists: ``data.files.*``, ``extra_tests.*``, the GloVe
-    file of ``embeddings.path``, ``ckpt_path``, predict's ``input``. Paths are read from the
-    directory the command runs in (``hydra.job.chdir`` is false)."""
+    file of ``embeddings.path``, ``ckpt_path``. Paths are read from the directory the command
+    runs in (``hydra.job.chdir`` is false). (predict's ``input`` is predict's own check.)"""
     named: list[tuple[str, Any]] = []
     data = cfg.get("data") or {}
     named += [(f"data.files.{k}", v) for k, v in (data.get("files") or {}).items()]
@@ -289,7 +289,8 @@ def check_files(cfg: DictConfig) -> None:
     embeddings = cfg.get("embeddings") or {}
     if "path" in embeddings:
         named.append(("embeddings.path", embeddings.get("path")))
-    named += [(key, cfg.get(key)) for key in ("ckpt_path", "input") if key in cfg]
+    if "ckpt_path" in cfg:
+        named.append(("ckpt_path", cfg.get("ckpt_path")))
     for key, value in named:
         if value is None or Path(str(value)).expanduser().is_file():
             continue
