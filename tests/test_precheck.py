@@ -524,3 +524,11 @@ def test_a_new_run_never_writes_into_another_runs_folder(finished_run, tmp_path)
     with pytest.raises(ConfigError, match=r"holds a run already \(results\.json\); resume it "
                                           r"with ckpt_path="):
         checked_command("train", ["model=lstm", f"hydra.run.dir={finished_run}"], CONF)
+
+
+def test_the_knob_tables_of_the_docs_are_generated():
+    from entailment_lab.schema import KNOB_TABLES, knob_tables
+
+    text = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    start, end = text.index(KNOB_TABLES[0]), text.index(KNOB_TABLES[1]) + len(KNOB_TABLES[1])
+    assert text[start:end] == knob_tables(CONF), "run python -m entailment_lab.schema --write"
