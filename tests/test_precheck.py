@@ -532,3 +532,12 @@ def test_the_knob_tables_of_the_docs_are_generated():
     text = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     start, end = text.index(KNOB_TABLES[0]), text.index(KNOB_TABLES[1]) + len(KNOB_TABLES[1])
     assert text[start:end] == knob_tables(CONF), "run python -m entailment_lab.schema --write"
+
+
+def test_eval_refuses_a_split_the_runs_data_lacks(finished_run, tmp_path):
+    last = finished_run / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError, match=r"^split=tset: the run's data has no such split \(did "
+                                          r"you mean test\?\)"):
+        checked_command("eval", [f"ckpt_path={last}", "split=tset",
+                                 f"hydra.run.dir={tmp_path / 'run'}"], CONF)
+    assert not (tmp_path / "run").exists()

@@ -150,13 +150,13 @@ def check_config_fast(cfg: DictConfig, overrides: list[str] | None = None) -> No
     check_budget_choice(overrides)
     if "model" in cfg:
         check_model(cfg)
+    if "trainer" in cfg:
+        check_device(cfg.trainer)
     check_files(cfg)
     if cfg.get("task_name") == "train":
         check_splits(cfg)
         check_monitors(cfg)
     check_validation_carve(cfg)
-    if "trainer" in cfg:
-        check_device(cfg.trainer)
 
 
 def missing_keys(cfg: DictConfig) -> list[str]:
@@ -415,8 +415,7 @@ def check_device(trainer_cfg: Mapping[str, Any]) -> None:
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not gpu and not mps)
     if not on_cpu:
         return
-    if not gpu:
-        check_precision(trainer_cfg, gpu=False)
+    check_precision(trainer_cfg, gpu=False)  # on the CPU for certain
     devices = trainer_cfg.get("devices")
     if isinstance(devices, str) and devices.strip().isdigit():
         devices = int(devices)

@@ -556,8 +556,22 @@ def check_built(job: Job, resumed: Resumed | None = None) -> None:
         if resumed is not None and not (resumed.run / ".hydra" / "config.yaml").is_file():
             _refuse_differences(OmegaConf.create(meta.get("config") or {}), cfg, resumed,
                                 f"{resumed.checkpoint}'s metadata")
+        if cfg.get("task_name") == "eval":
+            check_eval_split(cfg, (meta.get("config") or {}).get("data") or {})
     if "trainer" in cfg:
         build_trainer(cfg, job.overrides)
+
+
+def check_eval_split(cfg: DictConfig, run_data: dict[str, Any]) -> None:
+    """``split`` names a split of the checkpoint's data (or one a file on the command line
+    gives)."""
+    given = {k for k, v in ((cfg.get("data") or {}).get("files") or {}).items() if v}
+    known = list(dict.fromkeys(["train", "validation", "test", *(run_data.get("files") or {}),
+                                *(run_data.get("hub_splits") or {}), *given]))
+    if cfg.split not in known:
+        raise ConfigError(f"split={cfg.split}: the run's data has no such split"
+                          f"{did_you_mean(str(cfg.split), known)}; its splits: "
+                          f"{', '.join(known)} (or give +data.files.{cfg.split}=PATH)")
 
 
 def build_trainer(cfg: DictConfig, overrides: Sequence[str]) -> Any:
