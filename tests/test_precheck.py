@@ -541,3 +541,16 @@ def test_eval_refuses_a_split_the_runs_data_lacks(finished_run, tmp_path):
         checked_command("eval", [f"ckpt_path={last}", "split=tset",
                                  f"hydra.run.dir={tmp_path / 'run'}"], CONF)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_machine_the_gpu_is_accepted_and_too_many_devices_named(pair_files, tmp_path):
+    import torch
+
+    files = [f"data.files.{k}={v}" for k, v in pair_files.items()]
+    folder = f"hydra.run.dir={tmp_path / 'run'}"
+    checked_command("train", ["trainer=gpu", "trainer.precision=16-mixed", *files, folder], CONF)
+    too_many = torch.cuda.device_count() + 1
+    with pytest.raises(ConfigError, match=rf"^trainer\.devices={too_many}: "):
+        checked_command("train", ["trainer=gpu", f"trainer.devices={too_many}", *files, folder],
+                        CONF)
