@@ -119,18 +119,19 @@ def check_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     optimiser's and scheduler's arguments, precision on this device, the extra test sets'
     names). Raises one ``ConfigError``."""
     check_config_fast(cfg, overrides)
-    check_extra_tests(cfg)
-    if "trainer" in cfg:
-        check_precision(cfg.trainer)
-    if "optimizer" in cfg:
-        check_arguments(cfg.optimizer, "optimizer")
-    if (cfg.get("scheduler") or {}).get("_target_"):
-        check_arguments(cfg.scheduler, "scheduler", ignore=("interval",))
+    # torch only, then Lightning and the data package: the common mistakes answer soonest
     if "model" in cfg:
         network = network_class(cfg.model.net)
         network.check_config(OmegaConf.to_container(cfg.model.net, resolve=True))
         if "data" in cfg and "embeddings" in cfg:
             build_network_shape(cfg, network)
+    if "optimizer" in cfg:
+        check_arguments(cfg.optimizer, "optimizer")
+    if (cfg.get("scheduler") or {}).get("_target_"):
+        check_arguments(cfg.scheduler, "scheduler", ignore=("interval",))
+    if "trainer" in cfg:
+        check_precision(cfg.trainer)
+    check_extra_tests(cfg)
 
 
 def check_config_fast(cfg: DictConfig, overrides: list[str] | None = None) -> None:
