@@ -92,8 +92,7 @@ MISTAKES = [
     ("data_root=/x", "data_root: no such key"),
     ("+foo=1", "+foo: no such key"),
     ("data.files.tran={train}", "data.files.tran: no such key (did you mean data.files.train?)"),
-    ("+data.files.tran={train}", "data.files.tran: not a split this run reads (did you mean "
-                                 "train?)"),
+    ("+data.files.tran={train}", "data.files: unknown split(s) ['tran']"),  # the DataModule's
     ("+callbacks.stopper.patience=3", "+callbacks.stopper.patience: a new callbacks entry needs "
                                       "a _target_"),
     ("~callbacks.nonexistent", "~callbacks.nonexistent: no such key to delete"),

@@ -117,7 +117,8 @@ def check_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     """Every check of a composed config that needs no data: ``check_config_fast``, then those
     that load torch (the model's ``check_config`` and a build at the configured sizes, the
     optimiser's and scheduler's arguments, precision on this device, the extra test sets'
-    names). Raises one ``ConfigError``."""
+    names, the DataModule's own checks of its settings: it is built, nothing is read). Raises
+    one ``ConfigError``."""
     check_config_fast(cfg, overrides)
     # torch only, then Lightning and the data package: the common mistakes answer soonest
     if "model" in cfg:
@@ -132,6 +133,8 @@ def check_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     if "trainer" in cfg:
         check_precision(cfg.trainer)
     check_extra_tests(cfg)
+    if "_target_" in (cfg.get("data") or {}):  # its settings, checked by its constructor
+        instantiate(cfg.data, "data")
 
 
 def check_config_fast(cfg: DictConfig, overrides: list[str] | None = None) -> None:
@@ -285,7 +288,9 @@ def check_files(cfg: DictConfig) -> None:
     runs in (``hydra.job.chdir`` is false). (predict's ``input`` is predict's own check.)"""
     named: list[tuple[str, Any]] = []
     data = cfg.get("data") or {}
-    named += [(f"data.files.{k}", v) for k, v in (data.get("files") or {}).items()]
+    splits = {"train", "validation", "test", *(data.get("test_splits") or [])}
+    # a split the data does not have is the DataModule's to name (check_config)
+    named += [(f"data.files.{k}", v) for k, v in (data.get("files") or {}).items() if k in splits]
     named += [(f"extra_tests.{k}", v) for k, v in (cfg.get("extra_tests") or {}).items()]
     embeddings = cfg.get("embeddings") or {}
     if "path" in embeddings:
@@ -321,15 +326,15 @@ def check_splits(cfg: DictConfig) -> None:
                               f"'{split}'{did_you_mean(split, known)}; its splits: "
                               f"{', '.join(dict.fromkeys(known))}")
     files = {k for k, v in (data.get("files") or {}).items() if v is not None}
-    reads = ["train", "validation", *test_splits]
-    for split in sorted(files - set(reads)):
-        raise ConfigError(f"data.files.{split}: not a split this run reads"
-                          f"{did_you_mean(split, reads)}; it reads {', '.join(reads)} (a further "
-                          "test set: +extra_tests.NAME=PATH)")
     if not files and data.get("hub_name"):
         return  # from the hub
+    if files - {"train", "validation", *test_splits}:
+        return  # a split the data does not have: the DataModule names it (check_config)
     needed = ["train", *(test_splits if cfg.get("test") else [])]
+    validate_on = data.get("validate_on")
     for split in needed:
+        if validate_on and split in (validate_on, f"test_{validate_on}"):
+            continue  # the DataModule names it: data.validate_on validates on it
         if split not in files:
             why = "the run trains on it" if split == "train" else \
                 "the run tests on it after training (data.test_splits)"
