@@ -3,17 +3,18 @@
 import hydra
 from omegaconf import DictConfig
 
-from entailment_lab.cli import run_task
+from entailment_lab.cli import checked_main, run_task
 from entailment_lab.config import register_resolvers
-from entailment_lab.pipeline import evaluate
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="eval")
 def main(cfg: DictConfig) -> float | None:
+    from entailment_lab.pipeline import evaluate
+
     return run_task(evaluate, cfg)
 
 
 if __name__ == "__main__":
-    main()
+    checked_main(main, "eval", __file__)

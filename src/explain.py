@@ -1,22 +1,32 @@
 """Heat maps for one pair: ``python src/explain.py ckpt_path=... premise=... hypothesis=...``."""
 
 import logging
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from entailment_lab.cli import run_task
+from entailment_lab.cli import checked_main, run_task
 from entailment_lab.config import check_config, register_resolvers
-from entailment_lab.explain import explain_dir, explain_pair
-from entailment_lab.files import save_figures
-from entailment_lab.pipeline import load_trained
 
 register_resolvers()
-OmegaConf.register_new_resolver("explain_dir", explain_dir, replace=True)  # conf/explain.yaml
 log = logging.getLogger("explain")
 
 
+def _explain_dir(*args: Any) -> str:
+    from entailment_lab.explain import explain_dir  # here: the command line is checked first
+
+    return explain_dir(*args)
+
+
+OmegaConf.register_new_resolver("explain_dir", _explain_dir, replace=True)  # conf/explain.yaml
+
+
 def explain(cfg: DictConfig) -> dict:
+    from entailment_lab.explain import explain_pair
+    from entailment_lab.files import save_figures
+    from entailment_lab.pipeline import load_trained
+
     check_config(cfg)
     module, _, run_cfg = load_trained(cfg.ckpt_path)
     result = explain_pair(module, cfg.premise, cfg.hypothesis)
@@ -35,4 +45,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    checked_main(main, "explain", __file__)

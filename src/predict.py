@@ -7,17 +7,18 @@
 import hydra
 from omegaconf import DictConfig
 
-from entailment_lab.cli import run_task
+from entailment_lab.cli import checked_main, run_task
 from entailment_lab.config import register_resolvers
-from entailment_lab.predict import predict
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="predict")
 def main(cfg: DictConfig) -> None:
+    from entailment_lab.predict import predict
+
     run_task(predict, cfg)
 
 
 if __name__ == "__main__":
-    main()
+    checked_main(main, "predict", __file__)

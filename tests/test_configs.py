@@ -312,7 +312,10 @@ def test_protocol_budget_yields_to_the_command_line(tmp_path):
 
 def test_a_misspelt_budget_is_refused_not_skipped(tmp_path):
     """Hydra skips a missing optional config without a word: the run would train 60 epochs."""
-    base = ["experiment=protocols/sick", "data_root=/data", "model=decatt"]
+    for split in ("train", "validation", "test"):  # the files must exist: checked too
+        (tmp_path / "sick").mkdir(exist_ok=True)
+        (tmp_path / "sick" / f"{split}.jsonl.gz").touch()
+    base = ["experiment=protocols/sick", f"data_root={tmp_path}", "model=decatt"]
     cfg = compose_cfg([*base, "budget=protocols/sick/decat"], tmp_path)
     assert cfg.trainer.max_epochs == 60  # what Hydra alone would have trained
     with pytest.raises(ConfigError, match=r"budget=protocols/sick/decat: no such budget; the "

@@ -13,7 +13,6 @@ from entailment_lab.models.decatt import DecomposableAttention
 from tests.conftest import compose_cfg, frozen_embedding, padded_pair_details
 
 VOCAB = 60
-HARNESS_OVERRIDES = ["model.net.hidden_size=16"]  # decatt and decatt_intra
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

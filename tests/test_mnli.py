@@ -263,9 +263,10 @@ def test_a_missing_validation_dev_set_names_validate_on(mnli, tmp_path):
 @pytest.mark.parametrize(("override", "message"), [
     ("data.validate_on=both", r"^data\.validate_on=both: not one of the test splits"),
     ("+data.files.dev=x.jsonl", r"^data\.files: unknown split\(s\) \['dev'\]"),
-    ("+data.files.validation=x.jsonl", r"^data\.files\.validation and data\.validate_on"),
+    ("+data.files.validation={train}", r"^data\.files\.validation and data\.validate_on"),
 ])
 def test_bad_multinli_settings_are_one_line(override, message, mnli, tmp_path):
+    override = override.format(train=mnli["jsonl"]["train"])  # a file that exists
     with pytest.raises(ConfigError, match=message) as err:
         train(compose_cfg([*TINY, *FAST, *overrides(mnli["jsonl"]), override], tmp_path))
     assert "\n" not in str(err.value)

@@ -161,13 +161,13 @@ def test_killed_cli_run_exits_non_zero_and_says_how_to_resume(pair_files, tmp_pa
     assert "interrupted by SIGTERM" in log and "resume with: python src/train.py" in log
     assert output.count("interrupted by SIGTERM") == 1  # said once on the console
 
-    # The printed command (with a budget that ends) continues in the same folder.
+    # The printed command, ckpt_path alone, continues in the same folder with the run's own
+    # config (its overrides come from the folder); here with a budget that ends.
     command = shlex.split(results["resume"])
-    assert command[:2] == ["python", "src/train.py"] and f"hydra.run.dir={run}" in command
+    assert command == ["python", "src/train.py", f"ckpt_path={last}"]
     stopped_at = torch.load(last, weights_only=True)["epoch"]  # epochs may pass before the kill
-    budget = f"max_epochs={stopped_at + 3}"
-    args = [a.replace("max_epochs=100000", budget) for a in command[2:]]
-    done = run_entry_point(command[1], args, cwd=tmp_path,  # in this process: no signal to send
+    done = run_entry_point(command[1], [*command[2:], f"trainer.max_epochs={stopped_at + 3}"],
+                           cwd=tmp_path,  # in this process: no signal to send
                            env={"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     results = read(run)

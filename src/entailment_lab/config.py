@@ -16,28 +16,55 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from entailment_lab.errors import ConfigError, UserError
-from entailment_lab.schema import validate
+from entailment_lab.schema import shown, validate
 
 _RUN_ID = secrets.token_hex(3)  # fixed for this process: all jobs of one sweep agree on it
+
+
+def config_dir() -> Path | None:
+    """The primary config folder (``conf/``) as Hydra's config search path names it; ``None``
+    outside a Hydra run or for a package's configs."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        for source in HydraConfig.get().runtime.config_sources:
+            if source.provider == "main" and source.schema == "file":
+                return Path(source.path).resolve()
+    return None
 
 
 def project_root() -> str:
     """The folder that holds the primary config folder (``conf/``'s parent: the checkout), as
     Hydra's config search path names it; the working directory where Hydra has none (a
     package's configs, or no Hydra run)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        for source in HydraConfig.get().runtime.config_sources:
-            if source.provider == "main" and source.schema == "file":
-                return str(Path(source.path).resolve().parent)
-    return str(Path.cwd())
+    folder = config_dir()
+    return str(folder.parent) if folder else str(Path.cwd())
 
 
 def register_resolvers() -> None:
-    """``${project_root:}`` and ``${run_id:}`` for the configs (idempotent)."""
+    """``${project_root:}``, ``${run_id:}`` and ``${name_suffix:NAME}`` for the configs
+    (idempotent)."""
     OmegaConf.register_new_resolver("project_root", project_root, replace=True)
     OmegaConf.register_new_resolver("run_id", lambda: _RUN_ID, replace=True)
+    # "-din1" in a run folder's name (conf/hydra/default.yaml); nothing for a task without a
+    # model (eval, predict)
+    OmegaConf.register_new_resolver("name_suffix", lambda name=None: f"-{name}" if name else "",
+                                    replace=True)
+
+
+def run_tags(cfg: DictConfig) -> list[str]:
+    """The tags of a run (W&B and ``results.json``): the configured ones (an experiment file's
+    ``table2``, ``rowNN``, ``protocol_*``, ...), then, for every run, the model's name, its
+    size ``d<dim>`` where it has one, and the data's name (``snli``, ``snli_dev2test``,
+    ``sick``, ...), so that any sweep can be filtered by what it trained."""
+    tags = [str(t) for t in cfg.get("tags") or []]
+    if "model" in cfg:
+        tags.append(str(cfg.model.name))
+    if cfg.get("dim") is not None:
+        tags.append(f"d{cfg.dim}")
+    if "data" in cfg and (cfg.data.get("name")):
+        tags.append(str(cfg.data.name))
+    return list(dict.fromkeys(tags))
 
 
 def instantiate(node: DictConfig | Mapping[str, Any], what: str, **kwargs: Any) -> Any:
@@ -77,35 +104,332 @@ def data_inputs(data_cfg: Mapping[str, Any]) -> str:
     return "sentence" if "sentence" in fields else "pair"
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Fail before any data is read, in one line: required (``???``) values; the types and
-    ranges of ``schema.SCHEMA``; the trainer's precision (``check_precision``); an explicit
-    ``budget=`` that names no budget; the names of ``extra_tests``; a pair model on sentence
-    data or the reverse; then the
-    model's own checks of its ``model.net`` values (``Network.check_config``)."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
+# --- the checks before any data is read ------------------------------------------------------
+# Two tiers. ``check_config_fast`` needs neither torch nor Lightning (the models' knobs are
+# read from their source, ``schema.read_target``), so a mistake is answered in about a second;
+# ``check_config`` adds what needs them: the model's own ``validate_config``, a throw-away
+# build of the network at the configured word-vector size, the optimiser's and scheduler's
+# arguments, mixed precision on the device. ``precheck.py`` runs both on every job of a
+# command line before Hydra makes a run folder; the pipeline runs ``check_config`` again, for
+# callers that start a task without the command line (tests, notebooks).
+
+def check_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+    """Every check of a composed config that needs no data: ``check_config_fast``, then those
+    that load torch (the model's ``check_config`` and a build at the configured sizes, the
+    optimiser's and scheduler's arguments, precision on this device, the extra test sets'
+    names, the DataModule's own checks of its settings: it is built, nothing is read). Raises
+    one ``ConfigError``."""
+    check_config_fast(cfg, overrides)
+    # torch only, then Lightning and the data package: the common mistakes answer soonest
+    if "model" in cfg:
+        network = network_class(cfg.model.net)
+        network.check_config(OmegaConf.to_container(cfg.model.net, resolve=True))
+        if "data" in cfg and "embeddings" in cfg:
+            build_network_shape(cfg, network)
+    if "optimizer" in cfg:
+        check_arguments(cfg.optimizer, "optimizer")
+    if (cfg.get("scheduler") or {}).get("_target_"):
+        check_arguments(cfg.scheduler, "scheduler", ignore=("interval",))
+    if "trainer" in cfg:
+        check_precision(cfg.trainer)
+    check_extra_tests(cfg)
+    if "_target_" in (cfg.get("data") or {}):  # its settings, checked by its constructor
+        instantiate(cfg.data, "data")
+
+
+def check_config_fast(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+    """The checks that need neither data nor torch, in one ``ConfigError``: required (``???``)
+    values; the types and ranges of ``schema.SCHEMA``; an explicit ``budget=``; the model's
+    knobs against its constructor, ``dim`` against the model, a pair model on sentence data
+    or the reverse; every file the config names; the test splits; the callbacks' monitors
+    against the metrics the run logs; ``data.val_group_by`` without a carve; the device and
+    the processes against this machine. ``overrides``: the command line's (default: Hydra's)."""
+    missing = sorted(missing_keys(cfg))
     if missing:
         raise ConfigError(
             f"required config value(s) not set: {', '.join(missing)}; give them on the command "
             f"line, e.g. {missing[0]}=..."
         )
     validate(cfg)
-    check_extra_tests(cfg)
-    if "trainer" in cfg:
-        check_precision(cfg.trainer)
-    if "optimizer" in cfg:
-        check_arguments(cfg.optimizer, "optimizer")
-    check_budget_choice()
+    check_budget_choice(overrides)
     if "model" in cfg:
-        network = network_class(cfg.model.net)
-        if "data" in cfg and network.inputs != data_inputs(cfg.data):
-            kind = data_inputs(cfg.data)
-            fix = "model=dcnn_sentence" if kind == "sentence" else "model=lstm"
-            other = "data=sst2" if network.inputs == "sentence" else "data=snli"
-            raise ConfigError(f"model={cfg.model.name} reads {network.inputs}s but "
-                              f"data={cfg.data.name} holds {kind}s; pick a {kind} model (e.g. "
-                              f"{fix}) or {network.inputs} data (e.g. {other})")
-        network.check_config(OmegaConf.to_container(cfg.model.net, resolve=True))
+        check_model(cfg)
+    if "trainer" in cfg:
+        check_device(cfg.trainer)
+    check_files(cfg)
+    if cfg.get("task_name") == "train":
+        check_splits(cfg)
+        check_monitors(cfg)
+    check_validation_carve(cfg)
+
+
+def missing_keys(cfg: DictConfig) -> list[str]:
+    """The dotted keys whose value is required (``???``) and not given; unlike
+    ``OmegaConf.missing_keys`` it resolves nothing, so a value that interpolates a missing one
+    (``${data_root}/sick/train.jsonl.gz``) does not fail before the missing one is named."""
+    found = []
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        elif node == "???":
+            found.append(prefix[:-1])
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return found
+
+
+def check_model(cfg: DictConfig) -> None:
+    """``model.net`` against the constructor of its ``_target_`` (read from the source, no
+    import): every key an argument, every required argument given, every value of the
+    annotated type; the size knob set through ``dim`` alone; ``dim`` only for a model that
+    has a size (``model.default_dim``); pairs or sentences as the data holds."""
+    from entailment_lab.schema import annotation_knob, did_you_mean, module_constant, read_target
+
+    net = cfg.model.net
+    source = read_target(str(net.get("_target_")))
+    name = cfg.model.get("name")
+    if cfg.get("dim") is not None and cfg.model.get("default_dim") is None:
+        raise ConfigError(f"dim={cfg.dim}: model={name} has no encoding size to set (dim sizes "
+                          "the models with a default_dim: DIN, LSTMs, DecAtt, ...); leave dim out "
+                          f"for model={name}, and sweep dim in a command of its own")
+    check_size_follows_dim(cfg)
+    if source is None or not source.complete:
+        return  # not this package's: network_class and check_config see it (torch loaded)
+    context = module_constant("entailment_lab.models.base", "CONTEXT_ARGUMENTS")
+    knobs = {n: a for n, a in source.arguments.items() if n not in context}
+    values = OmegaConf.to_container(net, resolve=True)
+    values = {k: v for k, v in values.items() if not str(k).startswith("_")}
+    for key, value in values.items():
+        if key not in knobs:
+            if source.open_ended:
+                continue
+            raise ConfigError(f"model.net.{key}: not a knob of {source.name} (model={name})"
+                              f"{did_you_mean(key, knobs)}; its knobs: {', '.join(knobs)}")
+        knob = annotation_knob(knobs[key].annotation)
+        if knob is not None and not knob.accepts(value):
+            example = f", e.g. model.net.{key}={knob.example}" if knob.example else ""
+            raise ConfigError(f"model.net.{key}={shown(value)}: must be {knob.allowed} "
+                              f"({source.name} takes {key}: {knobs[key].annotation}){example}")
+    required = [n for n, a in knobs.items() if not a.has_default and n not in values]
+    if required:
+        raise ConfigError(f"model.net.{required[0]}: required by {source.name} (model={name}) "
+                          f"but not set; e.g. +model.net.{required[0]}=...")
+    inputs = source.attributes.get("inputs", "pair")
+    if "data" in cfg and inputs != data_inputs(cfg.data):
+        kind = data_inputs(cfg.data)
+        fix = "model=dcnn_sentence" if kind == "sentence" else "model=lstm"
+        other = "data=sst2" if inputs == "sentence" else "data=snli"
+        raise ConfigError(f"model={name} reads {inputs}s but data={cfg.data.name} holds "
+                          f"{kind}s; pick a {kind} model (e.g. {fix}) or {inputs} data (e.g. "
+                          f"{other})")
+
+
+def check_size_follows_dim(cfg: DictConfig) -> None:
+    """One name for the encoding size: a ``model.net`` knob that the model's config sets to
+    ``${dim}`` is given through ``dim`` only, so that the run records the size it trains at
+    (a changed ``model.net.hidden_size`` would train another size than ``dim`` says)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    folder = config_dir()
+    if folder is None:
+        return
+    choice = HydraConfig.get().runtime.choices.get("model")
+    path = folder / "model" / f"{choice}.yaml"
+    if not choice or not path.is_file():
+        return
+    declared = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("net") or {}
+    net = OmegaConf.to_container(cfg.model.net, resolve=False)
+    for key, value in declared.items():
+        if value == "${dim}" and net.get(key) != "${dim}":
+            raise ConfigError(f"model.net.{key}={shown(net.get(key))}: follows dim, the "
+                              f"encoding size of model={choice}; set dim={net.get(key)} instead "
+                              "(the run records dim)")
+
+
+def embedding_dim(embeddings_cfg: Mapping[str, Any]) -> int | None:
+    """The word-vector size an ``embeddings`` config gives: its ``dim``, else the size a
+    fixed-size source names (``glove_6b_50d``: 50); ``None`` where neither says."""
+    import re
+
+    if embeddings_cfg.get("dim") is not None:
+        return int(embeddings_cfg["dim"])
+    found = re.search(r"_(\d+)d$", str(embeddings_cfg.get("_target_", "")))
+    return int(found.group(1)) if found else None
+
+
+def build_network_shape(cfg: DictConfig, network: type | None = None) -> None:
+    """Build the network once, before any data, with a four-word vocabulary and word vectors
+    of the configured size: the constructor's checks that need the embedding (a DCNN's
+    folding, DIN-2's sizes) fail here, not after the data and the word vectors are read."""
+    import torch
+    from torch import nn
+
+    size = embedding_dim(cfg.embeddings)
+    labels = (cfg.data.get("label_names") or [])
+    if size is None or not labels:
+        return
+    network = network or network_class(cfg.model.net)
+    context: dict[str, Any] = {"embedding": nn.Embedding(4, size, padding_idx=0),
+                               "num_classes": len(labels)}
+    if network.needs_vocab:
+        context["vocab"] = ["<pad>", "<unk>", "a", "b"]
+    state = torch.random.get_rng_state()
+    try:
+        instantiate(cfg.model.net, "model.net", _convert_="all", **context)
+    finally:
+        torch.random.set_rng_state(state)  # the check draws no numbers the run would draw
+
+
+def check_files(cfg: DictConfig) -> None:
+    """Every file the config names exists: ``data.files.*``, ``extra_tests.*``, the GloVe
+    file of ``embeddings.path``, ``ckpt_path``. Paths are read from the directory the command
+    runs in (``hydra.job.chdir`` is false). (predict's ``input`` is predict's own check.)"""
+    named: list[tuple[str, Any]] = []
+    data = cfg.get("data") or {}
+    splits = {"train", "validation", "test", *(data.get("test_splits") or [])}
+    # a split the data does not have is the DataModule's to name (check_config)
+    named += [(f"data.files.{k}", v) for k, v in (data.get("files") or {}).items() if k in splits]
+    named += [(f"extra_tests.{k}", v) for k, v in (cfg.get("extra_tests") or {}).items()]
+    embeddings = cfg.get("embeddings") or {}
+    if "path" in embeddings:
+        named.append(("embeddings.path", embeddings.get("path")))
+    if "ckpt_path" in cfg:
+        named.append(("ckpt_path", cfg.get("ckpt_path")))
+    for key, value in named:
+        if value is None or Path(str(value)).expanduser().is_file():
+            continue
+        hint = ""
+        if key == "embeddings.path":
+            hint = ("; download the GloVe file (conf/embeddings/ says where), or use "
+                    "embeddings=glove6b50d (offline)")
+        elif key.startswith("data.files."):
+            hint = "; data files are read from the folder the command runs in"
+        raise ConfigError(f"{key}={value}: no such file{hint}")
+
+
+def check_splits(cfg: DictConfig) -> None:
+    """``data.test_splits`` names splits the data has (``data.files`` or ``data.hub_splits``
+    keys); with local files (or no hub), the training split and every split the run tests
+    have a file."""
+    from entailment_lab.schema import did_you_mean
+
+    data = cfg.get("data") or {}
+    if "files" not in data:  # a generated corpus (data=demo)
+        return
+    known = [*(data.get("files") or {}), *(data.get("hub_splits") or {})]
+    test_splits = list(data.get("test_splits") or [])
+    for split in test_splits:
+        if split not in known:
+            raise ConfigError(f"data.test_splits: data={data.get('name')} has no split "
+                              f"'{split}'{did_you_mean(split, known)}; its splits: "
+                              f"{', '.join(dict.fromkeys(known))}")
+    files = {k for k, v in (data.get("files") or {}).items() if v is not None}
+    if not files and data.get("hub_name"):
+        return  # from the hub
+    if files - {"train", "validation", *test_splits}:
+        return  # a split the data does not have: the DataModule names it (check_config)
+    needed = ["train", *(test_splits if cfg.get("test") else [])]
+    validate_on = data.get("validate_on")
+    for split in needed:
+        if validate_on and split in (validate_on, f"test_{validate_on}"):
+            continue  # the DataModule names it: data.validate_on validates on it
+        if split not in files:
+            why = "the run trains on it" if split == "train" else \
+                "the run tests on it after training (data.test_splits)"
+            fix = "" if split == "train" else ", or test=false"
+            raise ConfigError(f"data.files.{split}: not set, but {why}; give "
+                              f"data.files.{split}=PATH{fix}")
+
+
+def logged_metrics(cfg: DictConfig) -> list[str]:
+    """The metric names a training run logs (``module.ClassifierModule``): what a callback may
+    monitor. Losses, ``val/acc_best``, and each metric of the ``metrics`` group (accuracy
+    always) per stage, per class too."""
+    names = ["acc", *(str(k) for k, v in (cfg.get("metrics") or {}).items() if v is not None)]
+    labels = list((cfg.get("data") or {}).get("label_names") or [])
+    logged = ["val/acc", "val/loss", "val/acc_best", "train/acc", "train/loss_epoch",
+              "train/loss_step", "train/reg_loss", "train/l2_penalty"]
+    for stage in ("train", "val"):
+        logged += [f"{stage}/{name}" for name in names]
+        logged += [f"{stage}/{name}/{label}" for name in names[1:] for label in labels]
+    return list(dict.fromkeys(logged))
+
+
+def check_monitors(cfg: DictConfig) -> None:
+    """A callback's ``monitor`` names a metric the run logs: a misspelt one would fail after
+    the first epoch (early stopping) or never choose a best checkpoint."""
+    from entailment_lab.schema import did_you_mean
+
+    logged = logged_metrics(cfg)
+    for name, node in (cfg.get("callbacks") or {}).items():
+        monitor = node.get("monitor") if isinstance(node, Mapping) else None
+        if monitor is not None and monitor not in logged:
+            main = [m for m in logged if m.count("/") == 1 and m not in (
+                "train/loss_step", "train/reg_loss", "train/l2_penalty")]
+            raise ConfigError(f"callbacks.{name}.monitor={monitor}: the run logs no such metric"
+                              f"{did_you_mean(str(monitor), logged)} (it logs "
+                              f"{', '.join(main)}, ...)")
+
+
+def check_validation_carve(cfg: DictConfig) -> None:
+    """``data.val_group_by`` shapes the validation split carved out of train: without
+    ``data.val_from_train`` there is no carve and it would be ignored without a word."""
+    data = cfg.get("data") or {}
+    if data.get("val_group_by") is not None and not data.get("val_from_train"):
+        raise ConfigError(f"data.val_group_by={data.get('val_group_by')}: used only with "
+                          "data.val_from_train (a validation split carved out of train), which "
+                          "is not set; give data.val_from_train=N, or leave val_group_by out")
+
+
+def gpu_driver_present() -> bool:
+    """Whether this machine may have a GPU torch can use, asked without torch: an NVIDIA
+    driver (``/proc/driver/nvidia``, ``/dev/nvidia*``, ``nvidia-smi``) or ROCm's ``/dev/kfd``.
+    False means no CUDA device for certain; True leaves the question to Lightning."""
+    import shutil
+
+    return (Path("/proc/driver/nvidia/version").exists() or Path("/dev/kfd").exists()
+            or any(Path("/dev").glob("nvidia[0-9]*")) or shutil.which("nvidia-smi") is not None)
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a SLURM or container allotment)."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+
+
+def check_device(trainer_cfg: Mapping[str, Any]) -> None:
+    """The accelerator exists here, and a CPU run starts no more processes (DDP ranks,
+    ``trainer.devices``) than this process has cores; asked without torch where the answer is
+    certain (no GPU driver: a CPU machine), else left to Lightning when the Trainer is built."""
+    import platform
+    import sys
+
+    accelerator = str(trainer_cfg.get("accelerator", "auto"))
+    gpu = gpu_driver_present()
+    mps = sys.platform == "darwin" and platform.machine() == "arm64"
+    if accelerator in ("gpu", "cuda") and not gpu and not (accelerator == "gpu" and mps):
+        raise ConfigError(f"trainer.accelerator={accelerator}: this machine has no GPU (no "
+                          "NVIDIA driver); use trainer.accelerator=cpu, or auto (a GPU where "
+                          "there is one)")
+    if accelerator == "mps" and not mps:
+        raise ConfigError("trainer.accelerator=mps: Apple's GPU exists on Apple silicon Macs "
+                          "only; use trainer.accelerator=cpu or auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not gpu and not mps)
+    if not on_cpu:
+        return
+    check_precision(trainer_cfg, gpu=False)  # on the CPU for certain
+    devices = trainer_cfg.get("devices")
+    if isinstance(devices, str) and devices.strip().isdigit():
+        devices = int(devices)
+    cores = usable_cores()
+    if isinstance(devices, int) and not isinstance(devices, bool) and devices > cores:
+        raise ConfigError(f"trainer.devices={devices}: {devices} training processes (DDP ranks "
+                          f"on the CPU) but this process may use {cores} core(s); give "
+                          f"trainer.devices={cores} or fewer")
 
 
 def check_extra_tests(cfg: DictConfig) -> None:
@@ -119,7 +443,7 @@ def check_extra_tests(cfg: DictConfig) -> None:
                                         *(data.get("files") or {})})
 
 
-def check_arguments(node: DictConfig, key: str) -> None:
+def check_arguments(node: DictConfig, key: str, ignore: tuple[str, ...] = ()) -> None:
     """Every value of a ``_partial_`` node (``optimizer``) must be an argument of its target:
     a recipe's optimiser values (conf/recipe/) stay when another optimiser is chosen on the
     command line, and one that optimiser does not take would fail only once training starts."""
@@ -130,24 +454,25 @@ def check_arguments(node: DictConfig, key: str) -> None:
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
         return
     for name in node:
-        if not str(name).startswith("_") and name not in params:
+        if not str(name).startswith("_") and name not in params and name not in ignore:
             raise ConfigError(f"{key}.{name}: not an argument of {node._target_} (a recipe's "
                               f"value for another optimiser?); drop it with ~{key}.{name}, "
                               f"e.g. {key}=... ~{key}.{name}")
 
 
-def check_precision(trainer_cfg: Mapping[str, Any]) -> None:
+def check_precision(trainer_cfg: Mapping[str, Any], gpu: bool | None = None) -> None:
     """Refuse ``precision=16-mixed`` (or ``16``) on a CPU: Lightning only warns there and trains
     in ``bf16-mixed`` instead (float16 autocast is for GPUs), so the run would record one
     precision and train in another. The accelerator is resolved as Lightning's ``auto`` does
-    (a GPU if one is there)."""
+    (a GPU if one is there); ``gpu``: whether there is one, where the caller knows."""
     if str(trainer_cfg.get("precision")) not in ("16", "16-mixed"):
         return
-    from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
+    if gpu is None:
+        from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
 
+        gpu = CUDAAccelerator.is_available() or MPSAccelerator.is_available()
     accelerator = str(trainer_cfg.get("accelerator", "auto"))
-    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not CUDAAccelerator.is_available()
-                                      and not MPSAccelerator.is_available())
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not gpu)
     if on_cpu:
         raise ConfigError(
             f"trainer.precision={trainer_cfg.get('precision')} (float16 mixed precision) needs a "

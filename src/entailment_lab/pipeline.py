@@ -29,6 +29,7 @@ from entailment_lab.config import (
     check_config,
     instantiate,
     network_class,
+    run_tags,
 )
 from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
@@ -41,7 +42,12 @@ from entailment_lab.models.base import Network
 from entailment_lab.module import ClassifierModule
 from entailment_lab.numeric_path import numeric_path
 from entailment_lab.results import ResultsFile, clean_number
-from entailment_lab.resume import check_best_checkpoint, checkpoints_stay_in, resume
+from entailment_lab.resume import (
+    ResumeCommand,
+    check_best_checkpoint,
+    checkpoints_stay_in,
+    resume,
+)
 from entailment_lab.signals import RunInterruptedError, interruption, sigterm_raises, stop_signal
 
 __all__ = ["build_callbacks", "build_datamodule", "build_module", "build_net", "evaluate",
@@ -182,8 +188,11 @@ def _run_summary(cfg: DictConfig) -> dict[str, Any]:
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit ``cfg.model`` on ``cfg.data``, test the best checkpoint, write ``results.json``.
 
+    The run's tags (W&B, ``results.json``) get its model, size and data (``run_tags``).
     Returns the metrics (also written to the results file); ``cfg.optimized_metric`` among them.
     """
+    if "tags" in cfg:
+        cfg.tags = run_tags(cfg)
     return _with_results(_train, cfg, _run_summary(cfg))
 
 
@@ -222,6 +231,17 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     if resumed is not None:
         resolve_wandb_group(cfg, resumed.wandb_group)  # the same run, the same group
     resolve_wandb_group(cfg)  # before the config is recorded
+    config = OmegaConf.to_container(cfg, resolve=True)
+    # The loggers, callbacks and Trainer before the data: Lightning checks its arguments here.
+    loggers = build_loggers(cfg, resumed.wandb_run_id if resumed else None)
+    recorder = ResultsRecorder(results, config)
+    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), ResumeCommand(results),
+                 recorder, EpochSeed(cfg.seed)]
+    if resumed is not None and resumed.origin is not None:
+        checkpoints_stay_in(resumed.origin, Path(cfg.paths.output_dir), callbacks)
+    trainer: L.Trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks,
+                                      logger=loggers or False)
+
     vocab = resumed.vocab if resumed else None
     datamodule = build_datamodule(cfg.data, vocab, test=bool(cfg.get("test")))
     extra = add_extra_tests(cfg, datamodule) if cfg.get("test") else []
@@ -229,20 +249,12 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
         log.warning("extra_tests are not evaluated: test=false")
     embedding = instantiate(cfg.embeddings, "embeddings")(vocab=datamodule.vocab)
     net = build_net(cfg.model.net, embedding, datamodule.num_classes, datamodule.vocab)
-    config = OmegaConf.to_container(cfg, resolve=True)
     module = build_module(cfg, net, embedding, datamodule.label_names, metadata={
         "vocab": datamodule.vocab.itos, CHECKPOINT_ENTRY: datamodule.transform.settings(),
-        "embedding_dim": embedding.embedding_dim, "config": config})
+        "embedding_dim": embedding.embedding_dim, "config": config,
+        "overrides": results.data.get("overrides", [])})
     module.group_names = datamodule.group_names
     results.update(data_stats=datamodule.stats, embedding_stats=getattr(embedding, "stats", {}))
-
-    loggers = build_loggers(cfg, resumed.wandb_run_id if resumed else None)
-    recorder = ResultsRecorder(results, config)
-    callbacks = [*build_callbacks(cfg, has_logger=bool(loggers)), recorder, EpochSeed(cfg.seed)]
-    if resumed is not None and resumed.origin is not None:
-        checkpoints_stay_in(resumed.origin, Path(cfg.paths.output_dir), callbacks)
-    trainer: L.Trainer = instantiate(cfg.trainer, "trainer", callbacks=callbacks,
-                                      logger=loggers or False)
     try:
         _fit_and_test(cfg, trainer, module, datamodule, recorder,
                       [*datamodule.test_splits, *extra])
@@ -250,8 +262,7 @@ def _train(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
         stop = stop_signal(trainer, err)
         if stop is None:
             raise
-        raise interruption(trainer, stop, results.data.get("overrides", []),
-                            cfg.paths.output_dir) from err
+        raise interruption(trainer, stop) from err
     return recorder.metrics
 
 

@@ -3,16 +3,24 @@
 Written atomically at the start (``status: running``) and at the end (``completed``,
 ``failed`` with the error, or ``interrupted`` with the command that resumes it), so a reader
 (``report.py``) can tell finished, crashed, stopped and still-running jobs apart and never sees
-half a file. (A run resumed in another folder links both ways, ``resumed_from`` in the new
-file and ``resumed_by`` in the old one: ``resume.py``.)
+half a file. From the first epoch on it holds the command that resumes the run (``resume``),
+so even a run killed without a word (``kill -9``, a lost node) says how to continue it. (A run
+resumed in another folder links both ways, ``resumed_from`` in the new file and ``resumed_by``
+in the old one: ``resume.py``.)
+
+A job that starts in a folder that already holds a ``results.json`` (a run resumed in place)
+leaves that file as it is until its training starts (``ResultsFile.begin``): a start that fails
+(a wrong override, a missing file) never overwrites the record of the run it meant to resume.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -87,11 +95,28 @@ def clean_number(value: Any) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
 
 
+def run_folder(ckpt_path: str | Path) -> Path:
+    """The job folder a checkpoint belongs to (``<job>/checkpoints/NAME.ckpt`` -> ``<job>``)."""
+    folder = Path(ckpt_path).expanduser().resolve().parent
+    return folder.parent if folder.name == "checkpoints" else folder
+
+
+def resume_command(last_checkpoint: str | Path) -> str:
+    """The command that resumes a run from its ``last.ckpt``: the run's own config and folder
+    come with it (``precheck.resume_overrides``)."""
+    return shlex.join(["python", "src/train.py", f"ckpt_path={last_checkpoint}"])
+
+
 class ResultsFile:
-    """Incrementally built results of one job."""
+    """Incrementally built results of one job.
+
+    ``kept``: the folder held a results file when this one was made (a run resumed in place);
+    nothing is written until ``begin`` (training starts), so a failed start keeps it.
+    """
 
     def __init__(self, folder: str | Path, summary: dict[str, Any]) -> None:
         self.path = Path(folder) / RESULTS_FILE
+        self.kept = self.path.is_file()
         self.started = time.time()
         self.data: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
@@ -105,9 +130,14 @@ class ResultsFile:
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
 
+    def begin(self) -> None:
+        """Training starts: from now on this job's record replaces one the folder held."""
+        self.kept = False
+
     def save(self) -> None:
-        """Write the file (rank 0 only: in DDP every rank runs the job, one file results)."""
-        if not is_rank_zero():
+        """Write the file (rank 0 only: in DDP every rank runs the job, one file results);
+        not while the folder's earlier record is kept (``kept``)."""
+        if not is_rank_zero() or self.kept:
             return
         self.data["wall_time_s"] = round(time.time() - self.started, 2)
         write_json_atomic(self.path, self.data)
@@ -117,9 +147,14 @@ class ResultsFile:
         from entailment_lab.signals import RunInterruptedError  # here: no Lightning for readers
 
         if isinstance(error, RunInterruptedError):
-            self.data.update(error=error.reason, resume=error.resume)
+            self.data.update(error=error.reason, resume=error.resume or self.data.get("resume"))
         elif error is not None:
             self.data["error"] = f"{type(error).__name__}: {error}"
+        if status == "completed":
+            self.data.pop("resume", None)  # nothing left to resume
+        if self.kept:
+            logging.getLogger(__name__).warning(
+                "%s left as it was: this job %s before its training started", self.path, status)
         self.save()
 
 

@@ -26,6 +26,8 @@ from entailment_lab.results import (
     ResultsFile,
     is_rank_zero,
     read_results,
+    resume_command,
+    run_folder,
     write_json_atomic,
 )
 
@@ -124,10 +126,39 @@ class RelocatableModelCheckpoint(ModelCheckpoint):
         super().load_state_dict(state_dict)
 
 
-def run_folder(ckpt_path: str | Path) -> Path:
-    """The job folder a checkpoint belongs to (``<job>/checkpoints/NAME.ckpt`` -> ``<job>``)."""
-    folder = Path(ckpt_path).expanduser().resolve().parent
-    return folder.parent if folder.name == "checkpoints" else folder
+def last_checkpoint(trainer: L.Trainer) -> Path | None:
+    """The run's ``last.ckpt`` once a checkpoint callback has written it, else ``None``."""
+    return next((Path(cb.dirpath) / "last.ckpt" for cb in trainer.checkpoint_callbacks
+                 if isinstance(cb, ModelCheckpoint) and cb.dirpath
+                 and (Path(cb.dirpath) / "last.ckpt").is_file()), None)
+
+
+class ResumeCommand(L.Callback):
+    """Keeps in ``results.json`` the command that resumes the run, from its first
+    ``last.ckpt`` on (written as the next epoch starts, right after that checkpoint), so that
+    a run killed without a word (``kill -9``, a lost node) says how to continue it. Also
+    tells the results file that training has started (``ResultsFile.begin``): a folder's
+    earlier record (a run resumed in place) is replaced from here on, never by a failed start.
+    """
+
+    def __init__(self, results: ResultsFile) -> None:
+        self.results = results
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.results.begin()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._record(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._record(trainer)
+
+    def _record(self, trainer: L.Trainer) -> None:
+        last = last_checkpoint(trainer)
+        command = resume_command(last) if last else None
+        if command and self.results.data.get("resume") != command and trainer.is_global_zero:
+            self.results.update(resume=command)
+            self.results.save()
 
 
 def add_resumed_by(folder: Path, resumed_by: str | Path) -> None:

@@ -15,10 +15,16 @@ every model shares by name (``dropout``) are typed here.
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import difflib
 import fnmatch
+import functools
 import math
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -34,6 +40,7 @@ class Knob:
     accepts: Callable[[Any], bool]
     allowed: str
     example: str
+    names: tuple[str, ...] = ()  # the names it accepts, for "did you mean" (long choices)
 
 
 def _is_int(value: Any) -> bool:
@@ -81,9 +88,11 @@ def boolean() -> Knob:
 
 
 def choice(*values: Any) -> Knob:
-    shown = ", ".join("null" if v is None else str(v) for v in values)
+    names = ", ".join("null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+                      for v in values)
     return Knob(lambda v: v in values and type(v) in {type(x) for x in values},
-                f"one of {shown}", "null" if values[0] is None else str(values[0]))
+                f"one of {names}", "null" if values[0] is None else str(values[0]),
+                tuple(str(v) for v in values if isinstance(v, str)))
 
 
 def text(*, null: bool = False) -> Knob:
@@ -93,7 +102,8 @@ def text(*, null: bool = False) -> Knob:
 
 def any_of(*knobs: Knob) -> Knob:
     return Knob(lambda v: any(k.accepts(v) for k in knobs),
-                " or ".join(k.allowed for k in knobs), knobs[0].example)
+                " or ".join(k.allowed for k in knobs), knobs[0].example,
+                tuple(n for k in knobs for n in k.names))
 
 
 def string_list() -> Knob:
@@ -110,6 +120,28 @@ def betas() -> Knob:
 
 _PRECISIONS = ("64", "64-true", "32", "32-true", "16", "16-mixed", "16-true", "bf16",
                "bf16-mixed", "bf16-true", "transformer-engine", "transformer-engine-float16")
+#: Lightning's accelerator and strategy names (its registries, plus the aliases its Trainer
+#: takes); tests/test_precheck.py keeps them equal to the installed Lightning's, so a name is
+#: checked here, before torch and Lightning are imported.
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook",
+              "ddp_find_unused_parameters_false", "ddp_find_unused_parameters_true",
+              "ddp_spawn_find_unused_parameters_false", "ddp_spawn_find_unused_parameters_true",
+              "ddp_fork_find_unused_parameters_false", "ddp_fork_find_unused_parameters_true",
+              "ddp_notebook_find_unused_parameters_false",
+              "ddp_notebook_find_unused_parameters_true", "deepspeed", "deepspeed_stage_1",
+              "deepspeed_stage_2", "deepspeed_stage_2_offload", "deepspeed_stage_3",
+              "deepspeed_stage_3_offload", "deepspeed_stage_3_offload_nvme", "fsdp",
+              "fsdp_cpu_offload", "single_device", "single_xla", "xla_debug", "xla",
+              "single_tpu")
+_OBJECT = Knob(lambda v: isinstance(v, Mapping) and "_target_" in v, "an object (_target_: ...)",
+               "")
+#: ``trainer.max_time`` as Lightning's ``Timer`` reads it: "DD:HH:MM:SS" or timedelta's keys.
+_DURATION = Knob(lambda v: isinstance(v, str) and len(v.strip().split(":")) == 4
+                 and all(p.strip().isdigit() for p in v.strip().split(":")),
+                 'a duration "DD:HH:MM:SS"', "00:12:00:00")
+_TIMEDELTA_KEYS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds",
+                   "microseconds")
 _POSITIVE_OR_NULL = integer(1, null=True)
 _FRACTION_OR_BATCHES = any_of(number(0.0, 1.0), integer(0), choice(None))
 
@@ -135,14 +167,18 @@ SCHEMA: dict[str, Knob] = {
     "trainer.min_epochs": integer(0, null=True),
     "trainer.max_steps": integer(-1, example=1000),
     "trainer.min_steps": integer(0, null=True),
-    "trainer.max_time": any_of(text(null=True), Knob(lambda v: isinstance(v, Mapping),
-                                                     "a dict of days/hours/minutes", "")),
+    "trainer.max_time": any_of(_DURATION, Knob(
+        lambda v: isinstance(v, Mapping) and set(v) <= set(_TIMEDELTA_KEYS),
+        f"a dict of {'/'.join(_TIMEDELTA_KEYS)}", ""), Knob(lambda v: v is None, "null", "")),
     "trainer.devices": any_of(integer(-1), text(), Knob(lambda v: isinstance(v, list),
                                                         "a list of device ids", "")),
     "trainer.num_nodes": integer(1),
     "trainer.precision": Knob(lambda v: str(v) in _PRECISIONS, f"one of {', '.join(_PRECISIONS)}",
                               "bf16-mixed"),
-    "trainer.accelerator": text(),
+    "trainer.accelerator": any_of(choice(*ACCELERATORS), _OBJECT),
+    "trainer.strategy": any_of(Knob(lambda v: isinstance(v, str) and v.lower() in STRATEGIES,
+                                    "a Lightning strategy (auto, ddp, ddp_spawn, fsdp, "
+                                    "deepspeed, ...)", "ddp", STRATEGIES), _OBJECT),
     "trainer.limit_train_batches": _FRACTION_OR_BATCHES,
     "trainer.limit_val_batches": _FRACTION_OR_BATCHES,
     "trainer.limit_test_batches": _FRACTION_OR_BATCHES,
@@ -270,12 +306,260 @@ def validate(cfg: DictConfig) -> None:
         if value is None and key.startswith("data.") and cfg.get("task_name") == "eval":
             continue  # eval.yaml's data values override the checkpoint's; null keeps its own
         example = f", e.g. {key}={knob.example}" if knob.example else ""
-        raise ConfigError(f"{key}={_shown(value)}: must be {knob.allowed}{example}")
+        hint = did_you_mean(value, knob.names) if isinstance(value, str) else ""
+        raise ConfigError(f"{key}={shown(value)}: must be {knob.allowed}{hint}{example}")
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, str):
         return repr(value)
     return str(value).replace("True", "true").replace("False", "false")
+
+
+# --- the knobs of a ``_target_``, read from its source ---------------------------------------
+# A model's knobs are its constructor's arguments (``models/base.py``: every key of
+# ``model.net`` is one), an embedding source's are its function's. Their names, annotations
+# and defaults are read from the source file with ``ast``, not by importing it: the checks
+# before any data is read run without torch (``precheck.py``), and the constructor stays the
+# one description of a model's knobs (no second table to drift from it). Ranges that no
+# annotation can say are the model's own ``validate_config``, run once torch is loaded.
+
+@dataclass(frozen=True)
+class Argument:
+    """One parameter of a target: its name, its annotation's source text, whether it has a
+    default."""
+
+    name: str
+    annotation: str | None
+    has_default: bool
+    default: str | None = None  # the default's source text
+
+
+@dataclass(frozen=True)
+class TargetSource:
+    """What the source of a class or function says about the values it takes."""
+
+    target: str
+    arguments: dict[str, Argument]
+    open_ended: bool  # takes **kwargs: any key is an argument
+    attributes: dict[str, Any]  # literal class attributes, inherited ones included (``inputs``)
+    complete: bool = True  # False: its ``__init__`` comes from outside this package (unknown)
+
+    @property
+    def name(self) -> str:
+        return self.target.rpartition(".")[2]
+
+
+def _module_file(module: str) -> Path | None:
+    """The source file of one of this package's modules, found without importing it."""
+    if module != "entailment_lab" and not module.startswith("entailment_lab."):
+        return None
+    root = Path(__file__).resolve().parent
+    parts = module.split(".")[1:]
+    for candidate in (root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts,
+                                                                              "__init__.py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.cache
+def _parsed(module: str) -> ast.Module | None:
+    path = _module_file(module)
+    return ast.parse(path.read_text(encoding="utf-8")) if path else None
+
+
+def module_constant(module: str, name: str) -> Any:
+    """A module-level literal (``CONTEXT_ARGUMENTS = (...)``) read from the source."""
+    tree = _parsed(module)
+    for node in tree.body if tree else []:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{module}.{name}")
+
+
+def _imported_names(tree: ast.Module, module: str) -> dict[str, str]:
+    """Names a module imports from this package: name -> dotted origin."""
+    names = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            origin = node.module if not node.level else \
+                ".".join(module.split(".")[:-node.level] + [node.module])
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{origin}.{alias.name}"
+    return names
+
+
+@functools.cache
+def read_target(target: str) -> TargetSource | None:
+    """The parameters and class attributes of ``target`` (``package.module.Name``), read from
+    this package's source; ``None`` for a target elsewhere (torch, Lightning) or one the source
+    does not show plainly (its ``__init__`` inherited from outside this package)."""
+    module, _, name = target.rpartition(".")
+    tree = _parsed(module) if module else None
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)
+                 and n.name == name), None) if tree else None
+    if node is None:
+        return None
+    if isinstance(node, ast.FunctionDef):
+        return TargetSource(target, *_arguments(node, skip_self=False), {})
+    attributes: dict[str, Any] = {}
+    init = None
+    for base in node.bases:  # inherited attributes first, the class's own win
+        origin = _imported_names(tree, module).get(getattr(base, "id", ""),
+                                                   f"{module}.{getattr(base, 'id', '')}")
+        inherited = read_target(origin) if getattr(base, "id", None) else None
+        if inherited is not None:
+            attributes.update(inherited.attributes)
+            init = init or (inherited if inherited.complete else None)
+    for item in node.body:
+        if isinstance(item, ast.Assign | ast.AnnAssign) and item.value is not None:
+            targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    with contextlib.suppress(ValueError):  # not a literal: not read
+                        attributes[t.id] = ast.literal_eval(item.value)
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            return TargetSource(target, *_arguments(item, skip_self=True), attributes)
+    if init is None:  # e.g. ``Network``: ``nn.Module.__init__``
+        return TargetSource(target, {}, False, attributes, complete=not node.bases)
+    return TargetSource(target, init.arguments, init.open_ended, attributes)
+
+
+def _arguments(node: ast.FunctionDef, skip_self: bool) -> tuple[dict[str, Argument], bool]:
+    args = node.args
+    positional = [*args.posonlyargs, *args.args][1 if skip_self else 0:]
+    first_default = len(positional) - len(args.defaults)
+    defaults: list[ast.expr | None] = [None] * first_default + list(args.defaults)
+    found = {a.arg: Argument(a.arg, ast.unparse(a.annotation) if a.annotation else None,
+                             d is not None, ast.unparse(d) if d is not None else None)
+             for a, d in zip(positional, defaults, strict=True)}
+    for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        found[a.arg] = Argument(a.arg, ast.unparse(a.annotation) if a.annotation else None,
+                                d is not None, ast.unparse(d) if d is not None else None)
+    return found, args.kwarg is not None
+
+
+_PLURALS = {"integer": "integers", "number": "numbers", "true or false": "booleans",
+            "string": "strings"}
+
+
+def annotation_knob(annotation: str | None) -> Knob | None:
+    """The knob a parameter's annotation describes (``int``, ``float | None``,
+    ``Sequence[int]``, ``Literal["a", "b"]``, ...); ``None`` where it says nothing checkable."""
+    if not annotation:
+        return None
+    try:
+        return _knob_of(ast.parse(annotation, mode="eval").body)
+    except SyntaxError:
+        return None
+
+
+def _knob_of(node: ast.expr) -> Knob | None:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = [node.left, node.right]
+        nullable = any(isinstance(s, ast.Constant) and s.value is None for s in sides)
+        knobs = [_knob_of(s) for s in sides if not (isinstance(s, ast.Constant)
+                                                     and s.value is None)]
+        if nullable and len(knobs) == 1 and knobs[0] is not None:
+            inner = knobs[0]
+            return Knob(lambda v: v is None or inner.accepts(v), f"{inner.allowed} or null",
+                        inner.example)
+        if not nullable and all(knobs):
+            return any_of(*knobs)  # type: ignore[arg-type]
+        return None
+    if isinstance(node, ast.Name):
+        return {"int": integer(), "float": number(), "bool": boolean(),
+                "str": text()}.get(node.id)
+    if isinstance(node, ast.Subscript):
+        base = ast.unparse(node.value).rpartition(".")[2]
+        inner = node.slice
+        if base == "Literal":
+            values = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+            return choice(*(ast.literal_eval(v) for v in values))
+        if base in ("list", "tuple", "Sequence"):
+            element = inner.elts[0] if isinstance(inner, ast.Tuple) else inner
+            item = _knob_of(element)
+            if item is None:
+                return None
+            word = item.allowed.removeprefix("an ").removeprefix("a ")
+            return Knob(lambda v: isinstance(v, list | tuple) and all(item.accepts(x) for x in v),
+                        f"a list of {_PLURALS.get(word, word)}", f"[{item.example}]")
+    return None
+
+
+def nearest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to a mistyped ``word`` (difflib's ratio, as git's and cargo's
+    "did you mean"), or ``None`` where none is close."""
+    candidates = list(candidates)
+    for digit in re.finditer(r"(?<!\d)\d(?!\d)", word):  # row7 -> row07, as files are named
+        padded = f"{word[:digit.start()]}0{word[digit.start():]}"
+        if padded in candidates:
+            return padded
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``" (did you mean X?)"`` for the nearest candidate, else an empty string."""
+    found = nearest(word, candidates)
+    return f" (did you mean {found}?)" if found else ""
+
+
+# --- the tables of docs/configuration.md ----------------------------------------------------
+KNOB_TABLES = ("<!-- knobs: generated by python -m entailment_lab.schema --write -->",
+               "<!-- /knobs -->")
+
+
+def knob_tables(conf_dir: str | Path) -> str:
+    """The two tables of docs/configuration.md that come from this module: every typed knob
+    of ``SCHEMA`` with what it accepts, and every model's knobs with the type its constructor
+    declares (``read_target``) and the value its config (``conf/model/``) gives."""
+    lines = ["| key | accepts |", "|---|---|"]
+    lines += [f"| `{key}` | {knob.allowed.replace('|', '/')} |" for key, knob in SCHEMA.items()]
+    lines += ["", "| model | knob | type (constructor) | config value |", "|---|---|---|---|"]
+    context = module_constant("entailment_lab.models.base", "CONTEXT_ARGUMENTS")
+    for path in sorted(Path(conf_dir, "model").glob("*.yaml")):
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        net = config.get("net") or {}
+        source = read_target(str(net.get("_target_")))
+        if source is None:
+            continue
+        for name, argument in source.arguments.items():
+            if name in context:
+                continue
+            value = net.get(name, _ABSENT)
+            given = "`dim`" if value == "${dim}" else f"`{_markdown(value)}`" \
+                if value is not _ABSENT else f"(default `{argument.default}`)"
+            annotation = str(argument.annotation).replace("|", "\\|")
+            lines.append(f"| {path.stem} | `{name}` | `{annotation}` | {given} |")
+    return "\n".join([KNOB_TABLES[0], *lines, KNOB_TABLES[1]])
+
+
+def _markdown(value: Any) -> str:
+    """A config value as the YAML a user types (true, null, [7, 5])."""
+    return value if isinstance(value, str) else shown(value)
+
+
+def write_knob_tables(doc: str | Path, conf_dir: str | Path) -> bool:
+    """Replace the generated tables in ``doc``; whether it changed."""
+    text = Path(doc).read_text(encoding="utf-8")
+    start, end = text.index(KNOB_TABLES[0]), text.index(KNOB_TABLES[1]) + len(KNOB_TABLES[1])
+    new = text[:start] + knob_tables(conf_dir) + text[end:]
+    Path(doc).write_text(new, encoding="utf-8")
+    return new != text
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write the knob tables of the docs.")
+    parser.add_argument("--write", nargs="?", const="docs/configuration.md", metavar="DOC",
+                        required=True)
+    parser.add_argument("--conf", default="conf")
+    args = parser.parse_args()
+    print("changed" if write_knob_tables(args.write, args.conf) else "unchanged", args.write)

@@ -8,15 +8,12 @@ how to resume, and the entry point exits with the shell's status (143 SIGTERM, 1
 
 from __future__ import annotations
 
-import shlex
 import signal
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 
@@ -59,22 +56,19 @@ def stop_signal(trainer: L.Trainer, err: BaseException) -> str | None:
     return None
 
 
-def interruption(trainer: L.Trainer, stop: str, overrides: list[str],
-                  folder: str) -> RunInterruptedError:
-    """Where a stopped run stopped, and the command that resumes it in its own folder."""
+def interruption(trainer: L.Trainer, stop: str) -> RunInterruptedError:
+    """Where a stopped run stopped, and the command that resumes it in its own folder with its
+    own config (``ckpt_path`` alone: ``precheck.resume_overrides``)."""
+    from entailment_lab.results import resume_command
+    from entailment_lab.resume import last_checkpoint
+
     stage = trainer.state.fn.value if trainer.state.fn else "fit"
     where = f"{stage}, epoch {trainer.current_epoch}, step {trainer.global_step}"
     exit_code = 143 if stop == "SIGTERM" else 130
-    last = next((Path(cb.dirpath) / "last.ckpt" for cb in trainer.checkpoint_callbacks
-                 if isinstance(cb, ModelCheckpoint) and cb.dirpath
-                 and (Path(cb.dirpath) / "last.ckpt").is_file()), None)
+    last = last_checkpoint(trainer)
     if last is None:
         return RunInterruptedError(f"interrupted by {stop} ({where}) before any last.ckpt was "
                                    "saved: nothing to resume from, start it again", None,
                                    exit_code)
-    kept = [o for o in overrides
-            if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))]
-    resume = shlex.join(["python", "src/train.py", *kept, f"ckpt_path={last}",
-                         f"hydra.run.dir={folder}"])
-    return RunInterruptedError(f"interrupted by {stop} ({where}); last.ckpt kept", resume,
-                               exit_code)
+    return RunInterruptedError(f"interrupted by {stop} ({where}); last.ckpt kept",
+                               resume_command(last), exit_code)
