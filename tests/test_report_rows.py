@@ -187,3 +187,15 @@ def test_the_committed_declarations_name_every_published_protocol():
     text = (REPO / "docs" / "RESULTS.md").read_text(encoding="utf-8")
     for protocol in declarations.protocols:
         assert f"<!-- results:{protocol.data} -->" in text, protocol.data
+
+
+def test_decatt_records_from_before_it_read_dim_join_the_rows_of_its_width(tmp_path):
+    """DecAtt recorded ``dim: null`` until its width became ``dim`` (200 by default): an old
+    and a new record of one setting make one row, at d=200."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    for folder, seed, dim in ((old, 1, None), (new, 2, 200)):
+        write_job(folder, model="decatt", dim=dim, seed=seed, data="sick", test=0.77,
+                  paper=None, overrides=["experiment=protocols/sick", "model=decatt",
+                                         f"seed={seed}"])
+    [row] = rows_of(old, new)
+    assert (row.model, row.dim, len(row.jobs)) == ("decatt", 200, 2)

@@ -141,9 +141,9 @@ TABLE2: tuple[PaperRow, ...] = (
         recipe="Training recipe: the paper's, selected by the model (conf/recipe/lstmn.yaml).",
         lowercase="the paper lower-cased SNLI (Cheng et al. §5.3); GloVe 840B has lower-case "
                   "entries"),
-    _t2(8, "200D decomposable attention", "382k", 89.5, 86.3, "decatt",
+    _t2(8, "200D decomposable attention", "382k", 89.5, 86.3, "decatt", 200,
         recipe="Training recipe: the paper's, selected by the model (conf/recipe/decatt.yaml)."),
-    _t2(9, "– with intra-sentence attention", "582k", 90.5, 86.8, "decatt_intra",
+    _t2(9, "– with intra-sentence attention", "582k", 90.5, 86.8, "decatt_intra", 200,
         title="200D decomposable attention with intra-sentence attention",
         recipe="Training recipe: the paper's, selected by the model "
                "(conf/recipe/decatt_intra.yaml)."),

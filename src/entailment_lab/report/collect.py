@@ -32,6 +32,19 @@ from entailment_lab.results import RESULTS_FILE, read_results
 _SKIP_DIRS = {"checkpoints", "wandb", "__pycache__", "node_modules", "csv", "tensorboard"}
 
 
+# Models that read ``dim`` only from a later commit on (69e5660): their records from before say
+# ``dim: null`` and ran at the one width the model had then, given here, so that old and new
+# records of one setting make one row.
+SIZE_BEFORE_DIM = {"decatt": 200, "decatt_intra": 200}
+
+
+def recorded_dim(record: dict[str, Any]) -> int | None:
+    """A record's ``dim``; for a record made before its model read ``dim``, that model's width
+    then (``SIZE_BEFORE_DIM``)."""
+    dim = record.get("dim")
+    return SIZE_BEFORE_DIM.get(record.get("model")) if dim is None else dim
+
+
 def collect_jobs(paths: Iterable[str | os.PathLike]) -> list[Job]:
     """Every job under ``paths``, each folder once, in path order, matched to its paper row."""
     seen: dict[Path, None] = {}
@@ -103,7 +116,7 @@ def load_job(folder: Path) -> Job:
     code = data.get("code") or {}
     job = Job(
         folder=str(folder), status=status, task=data.get("task"), model=data.get("model"),
-        inputs=data.get("inputs"), dim=data.get("dim"), seed=data.get("seed"),
+        inputs=data.get("inputs"), dim=recorded_dim(data), seed=data.get("seed"),
         data=data.get("data"),
         tags=list(data.get("tags") or []), choices=dict(data.get("choices") or {}),
         overrides=list(data.get("overrides") or []), params=params.get("trainable"),
