@@ -240,7 +240,7 @@ class _InteractionLoop(torch.autograd.Function):
         grad_W_inter_T, grad_b_T = W_inter.new_zeros(m, m), W_inter.new_zeros(m, m)
         kernel = small_products.available(X, W_p_steps, W_inter)
         # the row index of a sum of every row into one matrix (W_inter's gradient), for the kernel
-        rows_to_one = torch.zeros(len(X), dtype=torch.int64) if kernel else None
+        rows_to_one = torch.zeros(len(X), dtype=torch.int64, device=X.device) if kernel else None
         for tau in reversed(range(len(ctx.running))):
             n = ctx.running[tau]
             # Rows [:n] ran step τ; G holds dL/dS_τ (written by step τ+1, or the output's
@@ -280,6 +280,7 @@ def time_major_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, lis
     t_idx = torch.repeat_interleave(
         torch.arange(len(running), device=mask.device),
         torch.tensor(running, device=mask.device),
+        output_size=sum(running),  # known here: no count read back from a GPU
     )
     return b_idx, t_idx, running
 
