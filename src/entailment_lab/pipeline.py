@@ -10,7 +10,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
@@ -27,7 +27,6 @@ from entailment_lab.config import (
     instantiate,
     network_class,
 )
-from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.errors import ConfigError, DataError
@@ -37,6 +36,10 @@ from entailment_lab.module import ClassifierModule
 from entailment_lab.results import ResultsFile, clean_number
 from entailment_lab.resume import check_best_checkpoint, checkpoints_stay_in, resume
 from entailment_lab.signals import RunInterruptedError, interruption, sigterm_raises, stop_signal
+
+if TYPE_CHECKING:  # built from config (``data._target_``); its module imports ``datasets``,
+    # which a process that builds networks only (benchmarks/gpu_check.py) need not have
+    from entailment_lab.data.datamodule import TextDataModule
 
 log = logging.getLogger(__name__)
 
