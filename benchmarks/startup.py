@@ -20,6 +20,10 @@ the first round is left out of the summary unless it is the only one (``--rounds
 
     python benchmarks/startup.py                                  # 3 rounds, experiment=demo
     python benchmarks/startup.py --rounds 5 model=decatt          # other overrides: a run's
+    python benchmarks/startup.py --imports torch lightning datasets  # each import alone
+
+``--imports`` measures the floor under a run: for each module, a fresh interpreter that only
+imports it, its CPU seconds and resident MiB after the import.
 """
 
 from __future__ import annotations
@@ -95,14 +99,40 @@ def one_round(overrides: list[str], work: Path, index: int) -> dict[str, Any]:
     return json.loads(report.read_text())
 
 
+IMPORT_PROBE = ("import importlib, json, os, sys; importlib.import_module(sys.argv[1]); "
+                "t = os.times(); status = open('/proc/self/status').read(); "
+                "print(json.dumps([t.user + t.system, "
+                "int(status.split('VmRSS:')[1].split()[0]) / 1024]))")
+
+
+def imports(modules: list[str]) -> None:
+    """Each module imported alone in a fresh interpreter: CPU seconds, resident MiB."""
+    print(f"# each import alone in a fresh interpreter; {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"{'module':24s} {'CPU s':>6s} {'RSS MiB':>8s}")
+    for module in modules:
+        done = subprocess.run([sys.executable, "-c", IMPORT_PROBE, module], capture_output=True,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        if done.returncode != 0:
+            print(f"{module:24s} not importable: {done.stderr.strip().splitlines()[-1]}")
+            continue
+        cpu, rss = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{module:24s} {cpu:6.2f} {rss:8.0f}")
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes (default 3)")
+    parser.add_argument("--imports", nargs="+", metavar="MODULE",
+                        help="instead: each module's import alone (CPU s, resident MiB)")
     parser.add_argument("overrides", nargs="*", default=["experiment=demo"],
                         help="src/train.py overrides (default: experiment=demo)")
     args = parser.parse_args(argv)
+    if args.imports:
+        imports(args.imports)
+        return []
     work = Path(tempfile.mkdtemp(prefix="startup_"))
-    overrides = [*args.overrides, f"paths.data_dir={work / 'data'}", "logger=csv"]
+    overrides = [*args.overrides, f"paths.data_dir={work / 'data'}"]
     rounds = [one_round(overrides, work, i) for i in range(args.rounds)]
     load = os.getloadavg()[0]
     print(f"# src/train.py {' '.join(args.overrides)}: {args.rounds} fresh processes, "
