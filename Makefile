@@ -57,13 +57,16 @@ smoke: install
 # and no .venv: the Python that has torch, Lightning and torchmetrics (PYTHON=...), the missing
 # Hydra / OmegaConf / pytest unpacked from the wheels that `make gpu-wheels` fetched here.
 # `make gpu-check DEVICE=cpu` is its dry run (small windows and batches; CI runs it).
+# COMMIT=SHA names the commit where the copy has no .git; GPU_ARGS="..." adds options
+# (e.g. --data PATH, --skip numerics, --out DIR).
 DEVICE     ?= cuda
 GPU_WHEELS ?= .gpu-wheels
 PYTHON     ?= $(if $(wildcard $(PY)),$(PY),python3)
 COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null)
+GPU_ARGS   ?=
 gpu-check:
 	GPU_CHECK_COMMIT=$(COMMIT) $(PYTHON) benchmarks/gpu_check.py \
-	    --device $(DEVICE) --wheels $(GPU_WHEELS)
+	    --device $(DEVICE) --wheels $(GPU_WHEELS) $(GPU_ARGS)
 
-gpu-wheels: install
-	$(PY) benchmarks/gpu_check.py --fetch-wheels $(GPU_WHEELS)
+gpu-wheels:
+	$(PYTHON) benchmarks/gpu_check.py --fetch-wheels $(GPU_WHEELS)

@@ -257,12 +257,48 @@ def _l2_relative(a: list, b: list) -> float:
     return float(diff / (torch.cat([y.double().flatten() for _, y in pairs]).norm() or 1.0))
 
 
-def check_numerics(device: Any, folder: Path, with_variants: bool = True
-                   ) -> list[dict[str, Any]]:
-    """Part 1 for every model config (and harness variant); prints one line each."""
+def numerics_row(model: str, variant: tuple[str, ...], device: Any, folder: Path
+                 ) -> dict[str, Any]:
+    """Part 1 for one model config (and harness variant)."""
     import torch
 
-    from tests.test_model_harness import MODELS, batch, build, composed, no_dropout, variants
+    from tests.test_model_harness import batch, build, composed, no_dropout
+
+    cfg = composed(model, folder, *variant)
+    cfg = composed(model, folder, *variant, *no_dropout(cfg))
+    net, _ = build(cfg, seed=2)
+    net.train()
+    torch.manual_seed(5)
+    inputs = batch(net, cfg, [13, 6, 9], [4, 12, 7])
+    labels = torch.arange(3) % len(cfg.data.label_names)
+    on_device = tuple(x.to(device) for x in inputs)
+    ref_logits, ref_grads = _step(copy.deepcopy(net).double(), inputs, labels)
+    logits, grads = _step(copy.deepcopy(net).double().to(device), on_device, labels.to(device))
+    f64 = (_max_relative(logits, ref_logits),
+           max((_max_relative(g, r) for g, r in zip(grads, ref_grads, strict=True)
+                if r is not None), default=0.0))
+    f32_logits, f32_grads = _step(copy.deepcopy(net).to(device), on_device, labels.to(device))
+    bf_logits, bf_grads = _step(copy.deepcopy(net).to(device), on_device, labels.to(device),
+                                autocast=True)
+    bf16 = (_l2_relative([bf_logits], [f32_logits]), _l2_relative(bf_grads, f32_grads))
+    bound = BF16_TOLERANCE_OF.get(model, BF16_TOLERANCE)
+    ok = (max(f64) <= FLOAT64_TOLERANCE and bf16[0] <= bound["logits"]
+          and bf16[1] <= bound["gradients"])
+    return {"model": model, "variant": list(variant), "float64_logits": f64[0],
+            "float64_gradients": f64[1], "bf16_logits": bf16[0], "bf16_gradients": bf16[1],
+            "ok": ok}
+
+
+def first_line(err: BaseException) -> str:
+    """An exception as one line: its class and its message's first line."""
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:300]
+
+
+def check_numerics(device: Any, folder: Path, with_variants: bool = True
+                   ) -> list[dict[str, Any]]:
+    """Part 1 for every model config (and harness variant); prints one line each. An error in
+    one (a first run on a new device) is recorded as a failed line and the others go on."""
+    from tests.test_model_harness import MODELS, variants
 
     rows = []
     print(f"\n# 1. numerics: {device} against the CPU (float64, tolerance {FLOAT64_TOLERANCE:g}"
@@ -272,34 +308,19 @@ def check_numerics(device: Any, folder: Path, with_variants: bool = True
           f"{'grads':>7s}  ok")
     for model in MODELS:
         for variant in variants(model) if with_variants else [()]:
-            cfg = composed(model, folder, *variant)
-            cfg = composed(model, folder, *variant, *no_dropout(cfg))
-            net, _ = build(cfg, seed=2)
-            net.train()
-            torch.manual_seed(5)
-            inputs = batch(net, cfg, [13, 6, 9], [4, 12, 7])
-            labels = torch.arange(3) % len(cfg.data.label_names)
-            on_device = tuple(x.to(device) for x in inputs)
-            ref_logits, ref_grads = _step(copy.deepcopy(net).double(), inputs, labels)
-            logits, grads = _step(copy.deepcopy(net).double().to(device), on_device,
-                                  labels.to(device))
-            f64 = (_max_relative(logits, ref_logits),
-                   max((_max_relative(g, r) for g, r in zip(grads, ref_grads, strict=True)
-                        if r is not None), default=0.0))
-            f32_logits, f32_grads = _step(copy.deepcopy(net).to(device), on_device,
-                                          labels.to(device))
-            bf_logits, bf_grads = _step(copy.deepcopy(net).to(device), on_device,
-                                        labels.to(device), autocast=True)
-            bf16 = (_l2_relative([bf_logits], [f32_logits]), _l2_relative(bf_grads, f32_grads))
-            bound = BF16_TOLERANCE_OF.get(model, BF16_TOLERANCE)
-            ok = (max(f64) <= FLOAT64_TOLERANCE and bf16[0] <= bound["logits"]
-                  and bf16[1] <= bound["gradients"])
             name = " ".join((model, *variant))
-            print(f"{name[:44]:44s} {f64[0]:14.1e} {f64[1]:9.1e} {bf16[0]:12.1e} "
-                  f"{bf16[1]:7.1e}  {'ok' if ok else 'FAIL'}", flush=True)
-            rows.append({"model": model, "variant": list(variant),
-                         "float64_logits": f64[0], "float64_gradients": f64[1],
-                         "bf16_logits": bf16[0], "bf16_gradients": bf16[1], "ok": ok})
+            try:
+                row = numerics_row(model, variant, device, folder)
+            except Exception as err:  # a first run on a new device: record it, go on
+                row = {"model": model, "variant": list(variant), "ok": False,
+                       "error": first_line(err)}
+                print(f"{name[:44]:44s} ERROR {row['error'][:200]}", flush=True)
+            else:
+                print(f"{name[:44]:44s} {row['float64_logits']:14.1e} "
+                      f"{row['float64_gradients']:9.1e} {row['bf16_logits']:12.1e} "
+                      f"{row['bf16_gradients']:7.1e}  {'ok' if row['ok'] else 'FAIL'}",
+                      flush=True)
+            rows.append(row)
     return rows
 
 
@@ -545,10 +566,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{'framework':>9s} {'peak MiB':>9s} {'eval ms':>8s}")
         record["timings"] = []
         for name, experiment in TIMED.items():
-            r = time_row(experiment, device, folder / "timing", args.warmup, args.steps,
-                         args.data, bare=True, eval_batches=args.eval_batches,
-                         max_batch=args.max_batch, vocabulary=args.vocabulary,
-                         max_length=args.max_length)
+            try:
+                r = time_row(experiment, device, folder / "timing", args.warmup, args.steps,
+                             args.data, bare=True, eval_batches=args.eval_batches,
+                             max_batch=args.max_batch, vocabulary=args.vocabulary,
+                             max_length=args.max_length)
+            except Exception as err:  # recorded; the other models go on
+                record["timings"].append({"name": name, "experiment": experiment,
+                                          "error": first_line(err)})
+                print(f"{name:12s} ERROR {first_line(err)}", flush=True)
+                failed = True
+                continue
             r["name"] = name
             record["timings"].append(r)
             peak = f"{r['peak_device_mib']:9.0f}" if r["peak_device_mib"] is not None else \
@@ -557,16 +585,22 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['bare_ms_per_step']:8.2f} {100 * r['framework_share']:8.1f}% {peak} "
                   f"{r['eval_ms_per_batch']:8.2f}", flush=True)
     if "projection" not in args.skip:
-        timed = {r["experiment"]: r for r in record.get("timings", [])}
+        timed = {r["experiment"]: r for r in record.get("timings", []) if "error" not in r}
         rows = []
         print(f"\n# 3. projection: one epoch of SNLI train ({SNLI_TRAIN_PAIRS:,} pairs) + dev "
               f"({SNLI_DEV_PAIRS:,}); {args.row_steps} timed steps a row (the five models: "
               "part 2's window)")
         for experiment in table2_experiments():
-            r = timed.get(experiment) or time_row(
-                experiment, device, folder / "rows", args.warmup, args.row_steps, args.data,
-                bare=False, eval_batches=args.eval_batches, max_batch=args.max_batch,
-                vocabulary=args.vocabulary, max_length=args.max_length)
+            try:
+                r = timed.get(experiment) or time_row(
+                    experiment, device, folder / "rows", args.warmup, args.row_steps, args.data,
+                    bare=False, eval_batches=args.eval_batches, max_batch=args.max_batch,
+                    vocabulary=args.vocabulary, max_length=args.max_length)
+            except Exception as err:  # recorded; the projection says it lacks this row
+                print(f"{experiment:14s} ERROR {first_line(err)}", flush=True)
+                record.setdefault("row_errors", {})[experiment] = first_line(err)
+                failed = True
+                continue
             rows.append(r)
         record["row_timings"] = rows
         record["projection"] = projection = project(rows)
@@ -576,7 +610,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['experiment']:14s} {r['model']:14s} {r['batch']:5d} "
                   f"{r['ms_per_step']:8.2f} {p['epoch_s'] / 60:9.1f} {p['epochs']:6d} "
                   f"{p['budget_h']:8.1f}")
-        print(f"all of Table 2 (19 rows) at {SEEDS} seeds, each for its recipe's budget: "
+        missing = sorted(record.get("row_errors", {}))
+        print(f"all of Table 2 ({19 - sum(m != 'table2/diin' for m in missing)} of 19 rows) at "
+              f"{SEEDS} seeds, each for its recipe's budget: "
               f"{projection['table2_hours']:.1f} h on this device (DIIN at {SEEDS} seeds: "
               f"{projection['diin_hours']:.1f} h); an upper bound where early stopping ends "
               "a run sooner")
@@ -590,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     print(f"\nrecord: {path} ({record['seconds']:.0f} s)"
-          + ("; numerics FAILED (see the lines marked FAIL)" if failed else ""))
+          + ("; FAILED: see the lines marked FAIL or ERROR" if failed else ""))
     return 1 if failed else 0
 
 
