@@ -7,7 +7,7 @@ VENV  ?= .venv
 TORCH ?= torch==2.13.0+cpu
 PY    := $(VENV)/bin/python
 
-.PHONY: install demo test lint smoke results references
+.PHONY: install demo test lint smoke results references gpu-check gpu-wheels
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -63,3 +63,23 @@ smoke: install
 	    debug=tiny logger=csv hydra.sweep.dir=$(SMOKE_DIR)/table2
 	$(PY) src/report.py $(SMOKE_DIR)/table2 --out $(SMOKE_DIR)/table2
 	$(PY) .ci/check_table2_smoke.py $(SMOKE_DIR)/table2/report.csv
+
+# The GPU check (benchmarks/gpu_check.py; README "GPU check"): every model on the device against
+# the CPU (float64) and in bf16-mixed, timed training windows of five models, a projection of
+# Table 2 on the full SNLI, a record under docs/results/gpu/. It runs where there is no network
+# and no .venv: the Python that has torch, Lightning and torchmetrics (PYTHON=...), the missing
+# Hydra / OmegaConf / pytest unpacked from the wheels that `make gpu-wheels` fetched here.
+# `make gpu-check DEVICE=cpu` is its dry run (small windows and batches; CI runs it).
+# COMMIT=SHA names the commit where the copy has no .git; GPU_ARGS="..." adds options
+# (e.g. --data PATH, --skip numerics, --out DIR).
+DEVICE     ?= cuda
+GPU_WHEELS ?= .gpu-wheels
+PYTHON     ?= $(if $(wildcard $(PY)),$(PY),python3)
+COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null)
+GPU_ARGS   ?=
+gpu-check:
+	GPU_CHECK_COMMIT=$(COMMIT) $(PYTHON) benchmarks/gpu_check.py \
+	    --device $(DEVICE) --wheels $(GPU_WHEELS) $(GPU_ARGS)
+
+gpu-wheels:
+	$(PYTHON) benchmarks/gpu_check.py --fetch-wheels $(GPU_WHEELS)

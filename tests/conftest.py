@@ -17,7 +17,6 @@ from omegaconf import DictConfig, open_dict
 from torch import nn
 
 from entailment_lab.config import register_resolvers
-from entailment_lab.data.demo import write_demo_corpus, write_jsonl
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,6 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def pair_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """train / validation / test JSONL files of templated pairs (60 / 30 / 30)."""
+    from entailment_lab.data.demo import write_demo_corpus  # imports datasets: only here
+
     folder = tmp_path_factory.mktemp("pairs")
     return write_demo_corpus(folder, sizes={"train": 60, "validation": 30, "test": 30}, seed=7)
 
@@ -40,6 +41,8 @@ def sentence_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     words = ["awful", "bad", "fine", "good", "great"]
     rows = [{"sentence": f"the film is {words[i % 5]} and {words[(i * 7) % 5]} .", "label": i % 5}
             for i in range(40)]
+    from entailment_lab.data.demo import write_jsonl
+
     folder = tmp_path_factory.mktemp("sst")
     return {s: str(write_jsonl(rows, folder / f"{s}.jsonl")) for s in ("train", "validation",
                                                                        "test")}

@@ -7,13 +7,16 @@ as lightning-hydra-template keeps ``train.py`` free of side effects.
 from __future__ import annotations
 
 import logging
+import math
 import random
+import sys
+import time
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, Timer
+from lightning.pytorch.callbacks import EarlyStopping, RichProgressBar, Timer, TQDMProgressBar
 from lightning.pytorch.loggers import WandbLogger
 
 from entailment_lab import predictions
@@ -266,13 +269,74 @@ def _log_confusion(trainer: L.Trainer, confusion: list[list[int]], labels: list[
             columns=["gold", "predicted", "count"], data=rows)})
 
 
-def progress_bar(**kwargs: Any) -> L.Callback:
-    """Lightning's rich progress bar in a terminal; outside one (a log file, a pipe, CI) the
-    plain tqdm bar, which stays on one line per update instead of wrapping its metrics."""
-    import sys
+class _Throttled:
+    """A progress bar that redraws at most every ``refresh_seconds`` (and at each loop's last
+    batch), whatever the step's pace.
 
-    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+    Lightning's bars count steps (``refresh_rate``), and its rich bar computes the logged
+    metrics and redraws the console at every step whatever that rate: about a millisecond a
+    step, more than a small model's GPU step (docs/peer_speed.md, "the framework's cost").
+    Only Lightning's public hooks are overridden: a skipped call is never needed, since each
+    update sets the bar's absolute position.
+    """
 
+    refresh_seconds: float
+    _last_draw: float = -math.inf
+
+    def _due(self, batch_idx: int, total: float | int | None) -> bool:
+        now = time.monotonic()
+        last = total is not None and batch_idx + 1 >= total
+        if last or now - self._last_draw >= self.refresh_seconds:
+            self._last_draw = now
+            return True
+        return False
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        if self._due(batch_idx, self.total_train_batches):  # type: ignore[attr-defined]
+            super().on_train_batch_end(trainer, pl_module, outputs, batch,  # type: ignore[misc]
+                                       batch_idx)
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                                outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        total = self.total_val_batches_current_dataloader  # type: ignore[attr-defined]
+        if self._due(batch_idx, total):
+            super().on_validation_batch_end(trainer, pl_module, outputs,  # type: ignore[misc]
+                                            batch, batch_idx, dataloader_idx)
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+                          batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self._due(batch_idx, self.total_test_batches_current_dataloader):  # type: ignore[attr-defined]
+            super().on_test_batch_end(trainer, pl_module, outputs, batch,  # type: ignore[misc]
+                                      batch_idx, dataloader_idx)
+
+
+class ThrottledRichProgressBar(_Throttled, RichProgressBar):
+    """Lightning's rich bar, redrawn at most every ``refresh_seconds`` (``_Throttled``)."""
+
+    def __init__(self, refresh_seconds: float = 0.5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.refresh_seconds = refresh_seconds
+
+
+class ThrottledTQDMProgressBar(_Throttled, TQDMProgressBar):
+    """Lightning's tqdm bar, redrawn at most every ``refresh_seconds`` (``_Throttled``)."""
+
+    def __init__(self, refresh_seconds: float = 10.0, **kwargs: Any) -> None:
+        super().__init__(**{"refresh_rate": 1, **kwargs})
+        self.refresh_seconds = refresh_seconds
+
+
+def progress_bar(refresh_seconds: float | None = None, **kwargs: Any) -> L.Callback:
+    """Lightning's rich progress bar in a terminal, redrawn at most twice a second; outside
+    one (a log file, a pipe, CI) the plain tqdm bar, which stays on one line per update instead
+    of wrapping its metrics, every 10 seconds. ``refresh_seconds`` sets the interval; other
+    keyword arguments go to the bar (e.g. ``leave``, or a step count ``refresh_rate``)."""
     if sys.stdout.isatty():
-        return RichProgressBar(**kwargs)
-    return TQDMProgressBar(refresh_rate=kwargs.get("refresh_rate", 20))
+        return ThrottledRichProgressBar(**_given(refresh_seconds=refresh_seconds), **kwargs)
+    return ThrottledTQDMProgressBar(**_given(refresh_seconds=refresh_seconds), **kwargs)
+
+
+def _given(**kwargs: Any) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if v is not None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,8 @@ def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]
 
 
 def finish_wandb() -> None:
-    """Close the W&B run so the next job of a multirun starts a new one."""
-    try:
-        import wandb
-    except ImportError:
-        return
-    if wandb.run is not None:
+    """Close the W&B run so the next job of a multirun starts a new one. A process that never
+    imported W&B has no run: W&B is not imported for this (about 0.4 s and 20 MiB)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
         wandb.finish()

@@ -106,6 +106,7 @@ class ClassifierModule(L.LightningModule):
         # paired significance tests (``predictions.py``): set name -> (predicted, gold).
         self.predictions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._rows: list[torch.Tensor] = []  # per test batch: (batch, 3) [row, predicted, gold]
+        self._epoch_metrics_logged: int | None = None  # the epoch whose metric objects are logged
 
     # --- forward -------------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
@@ -135,10 +136,18 @@ class ClassifierModule(L.LightningModule):
         # the step value is logged from ``loss`` below.
         self.train_loss.update(loss.detach(), weight=len(batch["label"]))  # a mean over pairs
         self.train_metrics.update(logits, batch["label"])
-        # ``self.log`` costs about a millisecond a call, as much as a small model's step, and
-        # the logger writes every ``log_every_n_steps``-th step only (Lightning's rule: global
-        # step + 1). Log on those steps and on each epoch's first batch (which registers the
-        # metric objects; their epoch values come from every update above).
+        # ``self.log`` costs about a millisecond a call, as much as a small model's step
+        # (docs/peer_speed.md, "the framework's cost"). The epoch values (loss mean, accuracy,
+        # other metrics) are the metric objects: logged once an epoch, which registers them;
+        # Lightning computes them at the epoch's end from every update above. The step values
+        # are logged where the logger writes them, every ``log_every_n_steps``-th step
+        # (Lightning's rule: global step + 1), and at the epoch's first batch.
+        if self._epoch_metrics_logged != self.current_epoch:
+            self._epoch_metrics_logged = self.current_epoch
+            # the keys Lightning gives on_step + on_epoch logging: train/loss_step, _epoch
+            self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True,
+                     prog_bar=True)
+            self._log_metrics("train", self.train_metrics)
         try:
             every = self.trainer.log_every_n_steps
         except RuntimeError:  # not attached to a Trainer (a step called on its own)
@@ -148,12 +157,8 @@ class ClassifierModule(L.LightningModule):
                 self.log("train/reg_loss", reg, on_step=True, on_epoch=False)
             if self.net.l2_penalties():  # applied by the optimiser (configure_optimizers)
                 self.log("train/l2_penalty", self.l2_penalty(), on_step=True, on_epoch=False)
-            # the keys Lightning gives on_step + on_epoch logging: train/loss_step, _epoch
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False,
                      prog_bar=True)
-            self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True,
-                     prog_bar=True)
-            self._log_metrics("train", self.train_metrics)
         return loss
 
     def _log_metrics(self, prefix: str, metrics: MetricCollection) -> None:

@@ -12,7 +12,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
@@ -31,7 +31,6 @@ from entailment_lab.config import (
     network_class,
     run_tags,
 )
-from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.text import Vocabulary
 from entailment_lab.data.transform import CHECKPOINT_ENTRY, InputTransform
 from entailment_lab.embeddings import random_embeddings
@@ -52,6 +51,10 @@ from entailment_lab.signals import RunInterruptedError, interruption, sigterm_ra
 
 __all__ = ["build_callbacks", "build_datamodule", "build_module", "build_net", "evaluate",
            "load_trained", "train"]
+if TYPE_CHECKING:  # built from config (``data._target_``); its module imports ``datasets``,
+    # which a process that builds networks only (benchmarks/gpu_check.py) need not have
+    from entailment_lab.data.datamodule import TextDataModule
+
 log = logging.getLogger(__name__)
 
 

@@ -233,11 +233,12 @@ class DeepFusionLSTM(Network):
                 })
                 z_x, z_y = h_x, h_y  # the next layer's inputs at these cells
             top = torch.cat([h_x, h_y], dim=-1)  # h_{i,j} of the top layer, Eq. 6: (B, L, 2d)
-            done = last_diagonal == t  # pairs whose cell (n_b, m_b) is on this diagonal
-            if done.any():
-                at = (len_x - 1 - lo).clamp(0, hi - lo)  # that cell's index on the diagonal
-                final = top[torch.arange(batch, device=x.device), at]  # (B, 2d)
-                match = torch.where(done[:, None], final, match)
+            # pairs whose cell (n_b, m_b) is on this diagonal take it; no `if done.any()`: on a
+            # GPU that test would make the host wait at every diagonal
+            done = last_diagonal == t
+            at = (len_x - 1 - lo).clamp(0, hi - lo)  # that cell's index on the diagonal
+            final = top[torch.arange(batch, device=x.device), at]  # (B, 2d)
+            match = torch.where(done[:, None], final, match)
             if return_details:
                 cells.append((rows, cols))
                 details["grid"].append(top)

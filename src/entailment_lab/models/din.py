@@ -200,6 +200,7 @@ def time_major_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, lis
     t_idx = torch.repeat_interleave(
         torch.arange(len(running), device=mask.device),
         torch.tensor(running, device=mask.device),
+        output_size=sum(running),  # known here: no count read back from a GPU
     )
     return b_idx, t_idx, running
 

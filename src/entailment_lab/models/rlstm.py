@@ -163,7 +163,8 @@ class ReReadLSTM(Network):
         if self.pooling == "mean":
             pooled = masked_mean(states, hypothesis_mask)                          # (B, k)
         else:
-            pooled = states[torch.arange(states.size(0)), last_true_index(hypothesis_mask)]
+            rows = torch.arange(states.size(0), device=states.device)
+            pooled = states[rows, last_true_index(hypothesis_mask)]
         logits = self.classifier(self.dropout(pooled))                            # R9: (B, C)
         out = {"logits": logits}
         if return_details:

@@ -120,7 +120,7 @@ def interaction_backward(grad: torch.Tensor, saved: list[torch.Tensor], W_p: tor
     kernel = small_products.available(X, W_p, W_inter, G)
     note("interaction_backward", "C small_products" if kernel else "torch")
     # the row index of a sum of every row into one matrix (W_inter's gradient), for the kernel
-    rows_to_one = torch.zeros(N, dtype=torch.int64) if kernel else None
+    rows_to_one = torch.zeros(N, dtype=torch.int64, device=X.device) if kernel else None
     for tau in reversed(range(len(running))):
         n = running[tau]
         # Rows [:n] ran step τ; G holds dL/dS_τ (written by step τ+1, or the output's gradient
