@@ -199,3 +199,19 @@ def test_decatt_records_from_before_it_read_dim_join_the_rows_of_its_width(tmp_p
                                          f"seed={seed}"])
     [row] = rows_of(old, new)
     assert (row.model, row.dim, len(row.jobs)) == ("decatt", 200, 2)
+
+
+def test_a_seed_run_again_counts_once_in_its_row_with_its_newest_record(tmp_path):
+    """A re-run of a seed (to store its test predictions, say) replaces the earlier record of
+    that seed in the row's mean, and the row says so."""
+    old = [run(tmp_path / "old" / str(s), s, PROTOCOL, test=0.60) for s in (1, 2, 3)]
+    new = run(tmp_path / "new" / "0", 1, PROTOCOL, test=0.62)
+    for folder, started in ((old[0], "2026-11-20T10:00:00"), (new, "2026-11-28T10:00:00")):
+        record = json.loads((folder / "results.json").read_text())
+        record["started"] = started
+        (folder / "results.json").write_text(json.dumps(record))
+    [row] = rows_of(*old, new)
+    assert sorted(j.seed for j in row.jobs) == [1, 2, 3]
+    assert [j.folder for j in row.jobs][0] == str(new) and row.tests == [62.0, 60.0, 60.0]
+    assert [j.folder for j in row.replaced] == [str(old[0])]
+    assert row.flags == ["1 earlier record of a re-run seed left out"]

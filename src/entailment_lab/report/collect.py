@@ -117,7 +117,7 @@ def load_job(folder: Path) -> Job:
     job = Job(
         folder=str(folder), status=status, task=data.get("task"), model=data.get("model"),
         inputs=data.get("inputs"), dim=recorded_dim(data), seed=data.get("seed"),
-        data=data.get("data"),
+        data=data.get("data"), started=data.get("started"),
         tags=list(data.get("tags") or []), choices=dict(data.get("choices") or {}),
         overrides=list(data.get("overrides") or []), params=params.get("trainable"),
         max_epochs=budget.get("max_epochs"),

@@ -41,6 +41,7 @@ class Job:
     dim: int | None = None
     seed: int | None = None
     data: str | None = None
+    started: str | None = None  # when it started (results.json, ``%Y-%m-%dT%H:%M:%S``)
     tags: list[str] = field(default_factory=list)
     choices: dict[str, Any] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)

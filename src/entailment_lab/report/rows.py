@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from entailment_lab.report.job import Job
+from entailment_lab.report.job import COMPLETED, Job
 from entailment_lab.report.match import reduced_budget
 
 # Overrides that do not change what a run trains (a key, or the group below it): the seed,
@@ -170,6 +170,9 @@ class Row:
 
     key: RowKey
     jobs: list[Job] = field(default_factory=list)
+    # Completed records of a seed that a later completed run of the same seed replaced (a
+    # re-run: ``newest_per_seed``); not in ``jobs``, counted in the flags.
+    replaced: list[Job] = field(default_factory=list)
 
     @property
     def data(self) -> str | None:
@@ -202,7 +205,11 @@ class Row:
 
     @property
     def flags(self) -> list[str]:
-        return flags(self.jobs)
+        out = flags(self.jobs)
+        if self.replaced:
+            n = len(self.replaced)
+            out.append(f"{n} earlier record{'s' if n != 1 else ''} of a re-run seed left out")
+        return out
 
     @property
     def label(self) -> str:
@@ -232,7 +239,32 @@ def group_rows(jobs: Iterable[Job]) -> list[Row]:
     for job in jobs:
         key = row_key(job)
         rows.setdefault(key, Row(key)).jobs.append(job)
+    for row in rows.values():
+        row.jobs, row.replaced = newest_per_seed(row.jobs)
     return list(rows.values())
+
+
+def newest_per_seed(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
+    """``jobs`` with one completed record per seed, and the records left out. A row averages
+    over seeds, so a seed run again (a re-run that stores what the first did not, such as its
+    test predictions) counts once: its newest completed record (by start time) stays, in the
+    place of the first. Jobs not completed, or without a seed, all stay."""
+    def seeded(job: Job) -> bool:
+        return job.status == COMPLETED and job.seed is not None
+
+    newest: dict[Any, Job] = {}
+    for job in filter(seeded, jobs):
+        if job.seed not in newest or (job.started or "") > (newest[job.seed].started or ""):
+            newest[job.seed] = job
+    kept, placed = [], set()
+    for job in jobs:  # in the place of the seed's first record
+        if not seeded(job):
+            kept.append(job)
+        elif job.seed not in placed:
+            placed.add(job.seed)
+            kept.append(newest[job.seed])
+    ids = {id(j) for j in kept}
+    return kept, [j for j in jobs if id(j) not in ids]
 
 
 def across(jobs: Sequence[Job]) -> list[str]:
