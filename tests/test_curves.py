@@ -103,8 +103,11 @@ def test_runs_of_one_row_that_share_a_seed_are_told_apart_by_folder(tmp_path):
     write_run(tmp_path / "study_b" / "0", "lstm", 42, WHOLE, 0.6, [{"epoch": 0, "val/acc": .5}])
     write_run(tmp_path / "study_b" / "1", "lstm", 7, WHOLE, 0.6, [{"epoch": 0, "val/acc": .5}])
     [row] = load_rows([tmp_path])
-    assert sorted(run_labels(row.jobs)) == ["seed 42 (study_a/0)", "seed 42 (study_b/0)",
-                                            "seed 7"]
+    # the row counts seed 42 once (rows.newest_per_seed); labelled together, the two records
+    # are told apart by their folders
+    assert len(row.jobs) == 2 and len(row.replaced) == 1
+    assert sorted(run_labels([*row.jobs, *row.replaced])) == [
+        "seed 42 (study_a/0)", "seed 42 (study_b/0)", "seed 7"]
 
 
 def test_cli_says_what_is_wrong_with_a_bad_path(tmp_path, capsys):
