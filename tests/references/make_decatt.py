@@ -22,9 +22,7 @@ log-probabilities.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -74,13 +72,7 @@ def copy_weights(ours: DecomposableAttention, port_encoder: nn.Module, port_atte
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
-                        "(its pinned commit is exported)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("decatt.pt"))
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+    UPSTREAM.main(make, Path(__file__).with_name("decatt.pt"), __doc__)
 
 
 def make(code: Path, out: Path) -> None:

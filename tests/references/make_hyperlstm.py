@@ -26,11 +26,9 @@ default of both) and off. Prints max |Δ| between the two and the parameter coun
 
 from __future__ import annotations
 
-import argparse
 import collections
 import importlib.util
 import sys
-import tempfile
 import types
 from pathlib import Path
 
@@ -166,13 +164,7 @@ def run_supercell(supercell: types.ModuleType, weights: dict[str, np.ndarray],
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
-                        "(its pinned commit is exported)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("hyperlstm.pt"))
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+    UPSTREAM.main(make, Path(__file__).with_name("hyperlstm.pt"), __doc__)
 
 
 def make(code: Path, out: Path) -> None:

@@ -15,9 +15,7 @@ pairs in float64, and the fixture stores InferSent's logits.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -56,13 +54,7 @@ def their_batch(vectors: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
-                        "(its pinned commit is exported and patched)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+    UPSTREAM.main(make, OUT, __doc__)
 
 
 def make(code: Path, out: Path) -> None:

@@ -23,9 +23,7 @@ softmax changes (not stored).
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -83,13 +81,7 @@ def their_logits(theirs: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Te
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
-                        "(its pinned commit is exported and patched)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+    UPSTREAM.main(make, OUT, __doc__)
 
 
 def make(code: Path, out: Path) -> None:

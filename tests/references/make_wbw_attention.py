@@ -20,9 +20,7 @@ shift 0, running mean 0 and variance 1, eval mode. The fixture stores its logits
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -71,13 +69,7 @@ def copy_weights(ours: WordByWordAttention, theirs: nn.Module) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkout", type=Path, help="a git clone of UPSTREAM's repository "
-                        "(its pinned commit is exported and patched)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        make(UPSTREAM.prepare(args.checkout, Path(tmp)), args.out)
+    UPSTREAM.main(make, OUT, __doc__)
 
 
 def make(code: Path, path: Path) -> None:

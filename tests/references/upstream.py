@@ -10,9 +10,12 @@ TensorFlow 1 and Theano halves) import it too.
 
 from __future__ import annotations
 
+import argparse
 import io
 import subprocess
 import tarfile
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 PATCHES = Path(__file__).resolve().with_name("patches")
@@ -30,6 +33,18 @@ class Upstream:
     def __str__(self) -> str:
         return f"{self.repository}@{self.commit[:7]}" + (f" + patches/{self.patch}"
                                                         if self.patch else "")
+
+    def main(self, make: Callable[[Path, Path], None], out: Path, doc: str) -> None:
+        """A generator's command line: ``CHECKOUT [--out FILE]``; exports and patches the pinned
+        commit into a scratch folder and calls ``make(prepared tree, out file)``."""
+        parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+        patched = " and patched" if self.patch else ""
+        parser.add_argument("checkout", type=Path, help=f"a git clone of {self.repository} "
+                            f"(its pinned commit is exported{patched})")
+        parser.add_argument("--out", type=Path, default=out)
+        args = parser.parse_args()
+        with tempfile.TemporaryDirectory() as tmp:
+            make(self.prepare(args.checkout, Path(tmp)), args.out)
 
     def prepare(self, checkout: Path, into: Path) -> Path:
         """The pinned commit's files from the git clone ``checkout``, patched, in ``into``."""
