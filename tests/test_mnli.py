@@ -14,6 +14,7 @@ import pytest
 from entailment_lab.data import datamodule as datamodule_module
 from entailment_lab.data.demo import demo_pairs, write_jsonl
 from entailment_lab.errors import ConfigError, DataError
+from entailment_lab.loggers import finish_wandb
 from entailment_lab.pipeline import build_datamodule, evaluate, train
 from entailment_lab.report.dashboard import MNLI_COLUMNS
 from tests.conftest import FAST, compose_cfg
@@ -240,6 +241,30 @@ def test_eval_on_a_multinli_dev_set(mnli_run, tmp_path, capsys):
     assert "test_mismatched/acc" in printed and "test/acc" not in printed
     results = json.loads((tmp_path / "results.json").read_text())
     assert list(results["breakdowns"]["test_mismatched"]["genre"]) == sorted(MISMATCHED)
+
+
+def test_eval_puts_each_sets_genres_in_the_wandb_summary(mnli_run, tmp_path):
+    """eval.py logged to W&B: the set's metrics and its accuracy per genre under the keys a
+    training run gives them (test_mismatched/acc_per_genre/oup), equal to its results.json."""
+    trained = json.loads((mnli_run / "results.json").read_text())
+    cfg = compose_cfg([f"ckpt_path={trained['best_checkpoint']}", "split=test_mismatched",
+                       "logger=wandb", "trainer.accelerator=cpu",
+                       "trainer.enable_progress_bar=false"], tmp_path, config_name="eval")
+    try:
+        evaluate(cfg)
+    finally:
+        finish_wandb()
+    [run_file] = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    summary = {item.key: json.loads(item.value_json) for record in _records(run_file)
+               if record.WhichOneof("record_type") == "summary"
+               for item in record.summary.update}
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert summary["test_mismatched/acc"] == pytest.approx(
+        results["metrics"]["test_mismatched/acc"])
+    genres = results["breakdowns"]["test_mismatched"]["genre"]
+    assert genres and all(summary[f"test_mismatched/acc_per_genre/{g}"] == pytest.approx(
+        cell["acc"]) for g, cell in genres.items())
+    assert not any(k.startswith("test/") for k in summary)
 
 
 def test_a_missing_dev_set_is_one_line_naming_its_key(mnli, tmp_path):

@@ -256,6 +256,21 @@ def breakdown_summary(name: str, breakdown: dict[str, Any]) -> dict[str, float |
             for group, cell in groups.items()}
 
 
+def log_eval_summary(trainer: L.Trainer, metrics: dict[str, Any],
+                     breakdowns: dict[str, dict[str, Any]]) -> None:
+    """``eval.py``'s figures as the W&B run's summary, under the names a training run gives
+    them: each set's metrics (``test_mismatched/acc``) and its breakdowns' groups
+    (``breakdown_summary``). Does nothing without a W&B logger."""
+    loggers = _wandb(trainer)
+    if not loggers or not trainer.is_global_zero:
+        return
+    summary = dict(metrics)
+    for name, breakdown in breakdowns.items():
+        summary.update(breakdown_summary(name, breakdown))
+    for lg in loggers:
+        lg.experiment.summary.update({k: v for k, v in summary.items() if v is not None})
+
+
 def _log_confusion(trainer: L.Trainer, confusion: list[list[int]], labels: list[str]) -> None:
     loggers = _wandb(trainer)
     if not loggers:

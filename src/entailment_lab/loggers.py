@@ -58,6 +58,14 @@ def resolve_wandb_group(cfg: DictConfig, group: str | None = None) -> None:
                 node.group = group or _sweep_group()
 
 
+def name_wandb_run(cfg: DictConfig, name: str) -> None:
+    """Name the W&B run ``name``: ``eval.py``'s config has no ``model`` or ``dim`` for
+    ``logger/wandb.yaml``'s ``${model.name}-d${dim}-s${seed}``; the checkpoint's run has."""
+    for node in _wandb_nodes(cfg):
+        with open_dict(node):
+            node.name = name
+
+
 def build_loggers(cfg: DictConfig, resume_id: str | None = None) -> list[Logger]:
     """The loggers of ``cfg.logger``; W&B with its group in the run's settings and, given
     ``resume_id``, continuing that run."""

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from entailment_lab import predictions
-from entailment_lab.callbacks import EpochSeed, ResultsRecorder
+from entailment_lab.callbacks import EpochSeed, ResultsRecorder, log_eval_summary
 from entailment_lab.checkpoints import checkpoint_metadata
 from entailment_lab.config import (
     budget_options,
@@ -35,7 +35,12 @@ from entailment_lab.data.text import Vocabulary
 from entailment_lab.data.transform import CHECKPOINT_ENTRY, InputTransform
 from entailment_lab.embeddings import random_embeddings
 from entailment_lab.errors import ConfigError, DataError
-from entailment_lab.loggers import build_loggers, finish_wandb, resolve_wandb_group
+from entailment_lab.loggers import (
+    build_loggers,
+    finish_wandb,
+    name_wandb_run,
+    resolve_wandb_group,
+)
 from entailment_lab.models import kernels
 from entailment_lab.models.base import Network
 from entailment_lab.module import ClassifierModule
@@ -368,6 +373,8 @@ def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
     module, datamodule, run_cfg = load_trained(cfg.ckpt_path, overrides)
     results.update(model=run_cfg.model.name, dim=run_cfg.get("dim"),
                    data=run_cfg.data.get("name"), params=module.parameter_summary())
+    name_wandb_run(cfg, f"{run_cfg.model.name}-d{run_cfg.get('dim')}-s{run_cfg.seed}-"
+                        f"{cfg.split}")  # eval.yaml has no model: the run's names
     loggers = build_loggers(cfg)
     trainer: L.Trainer = instantiate(cfg.trainer, "trainer", logger=loggers or False,
                                       callbacks=[])
@@ -388,6 +395,7 @@ def _evaluate(cfg: DictConfig, results: ResultsFile) -> dict[str, Any]:
             stored[name] = predictions.entry(*module.predictions[name])
         if name == cfg.split:
             confusion = module.test_confusion.compute().tolist()
+    log_eval_summary(trainer, metrics, breakdowns)  # W&B: the same keys as train.py's
     results.update(metrics=metrics, confusion_matrix=confusion, labels=module.label_names,
                    breakdowns=breakdowns, predictions=stored,
                    numeric_path=numeric_path(trainer.strategy.root_device, kernel_calls))
