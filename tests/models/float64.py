@@ -1,4 +1,12 @@
-"""The training path against an equation reference (the ``tests/test_reference_*.py`` files).
+"""The float64 comparisons of a model with its reference: the one helper of the reference tests
+(``tests/models/NAME/test_reference*.py``) and of the fixture generators
+(``tests/models/NAME/make_fixture.py``).
+
+- Weight transfer: ``load_fixture`` reads ``tests/models/NAME/NAME.pt``, ``reference_model``
+  rebuilds our network in float64 from it, ``assert_reference_logits`` compares our logits with
+  the public implementation's.
+- Equation references: ``frozen_vectors`` and ``padded_pairs`` (``padded_batch`` a side) are the
+  word vectors and the padded batch they read, and ``training_gap`` compares the training path.
 
 A model's inference (eval mode, no gradients) and its training can run different code: fast
 paths with hand-written backwards, kernels that run only with gradients on or off, dropout
@@ -10,11 +18,71 @@ gradients of the two share no code but autograd's elementary operations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+MODELS = Path(__file__).resolve().parent
+
+
+def load_fixture(name: str) -> dict:
+    """The weight-transfer fixture of model ``name``: ``tests/models/NAME/NAME.pt``, written by
+    ``make_fixture.py`` beside it."""
+    return torch.load(MODELS / name / f"{name}.pt", weights_only=True)
+
+
+def reference_model(model_class: type[nn.Module], name: str, case: str | None = None
+                    ) -> tuple[nn.Module, dict, dict]:
+    """Our ``model_class`` rebuilt in float64 eval mode from the weight-transfer fixture
+    ``tests/models/NAME/NAME.pt`` (its ``case`` where it holds several); returns the model, the
+    fixture, and the stored entry (the case's, else the fixture itself) with the public
+    implementation's outputs."""
+    ref = load_fixture(name)
+    stored = ref["cases"][case] if case else ref
+    embedding = nn.Embedding.from_pretrained(ref["embeddings"], freeze=True, padding_idx=0)
+    model = model_class(embedding, num_classes=3, **stored["config"]).double().eval()
+    model.load_state_dict(stored["state_dict"])
+    return model, ref, stored
+
+
+def assert_reference_logits(logits: Tensor, theirs: Tensor) -> None:
+    """Our float64 logits equal the public implementation's, on pairs whose logits differ."""
+    assert (theirs.max(dim=0).values - theirs.min(dim=0).values).min() > 0.05  # pairs differ
+    assert logits.dtype == torch.float64 and logits.shape == theirs.shape
+    torch.testing.assert_close(logits, theirs, rtol=0, atol=1e-12)
+
+
+def frozen_vectors(vocab_size: int, dim: int) -> nn.Embedding:
+    """``nn.Embedding(vocab_size, dim, padding_idx=0)`` drawn from torch's global generator, in
+    float64 and frozen: the word vectors of an equation reference's model."""
+    embedding = nn.Embedding(vocab_size, dim, padding_idx=0).double()
+    embedding.weight.requires_grad_(False)
+    return embedding
+
+
+def padded_batch(lengths: Sequence[int], vocab_size: int, generator: torch.Generator
+                 ) -> tuple[Tensor, Tensor]:
+    """Random ids 1 .. vocab_size - 1 and a mask (batch, max_len) True on each row's first
+    ``lengths`` positions; the padding holds random real ids too, so only the mask can hide
+    it."""
+    ids = torch.randint(1, vocab_size, (len(lengths), max(lengths)), generator=generator)
+    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+    return ids, mask
+
+
+def padded_pairs(lengths: Sequence[tuple[int, int]], vocab_size: int, seed: int
+                 ) -> dict[str, Tensor]:
+    """The network's inputs (``premise``, ``premise_mask``, ``hypothesis``,
+    ``hypothesis_mask``) for pairs of these (premise, hypothesis) lengths: ``padded_batch``
+    of the premises, then of the hypotheses, from one generator seeded with ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    premise, premise_mask = padded_batch([lp for lp, _ in lengths], vocab_size, generator)
+    hypothesis, hypothesis_mask = padded_batch([lh for _, lh in lengths], vocab_size, generator)
+    return {"premise": premise, "premise_mask": premise_mask, "hypothesis": hypothesis,
+            "hypothesis_mask": hypothesis_mask}
 
 
 def training_gap(model: nn.Module, inputs: Mapping[str, Tensor], labels: Tensor,

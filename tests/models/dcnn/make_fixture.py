@@ -1,14 +1,14 @@
-"""Make ``tests/references/dcnn.pt``: F. Godin's Theano/Lasagne DCNN and ours, one set of weights.
+"""Make ``tests/models/dcnn/dcnn.pt``: F. Godin's Theano/Lasagne DCNN and ours, one set of weights.
 
 Run by hand, never by the tests (from the repository root, with our venv)::
 
-    python tests/references/make_dcnn.py CHECKOUT --port-python PORT_PYTHON
+    python tests/models/dcnn/make_fixture.py CHECKOUT --port-python PORT_PYTHON
 
 (or ``make references``: tests/references/README.md). CHECKOUT is a git clone of
 FredericGodin/DynamicCNN; the pinned commit (``UPSTREAM``) is exported from it and
-``patches/dynamiccnn.patch`` applied, the one edit for Python 3 (the folding layer's
-``input_shape[2]/2`` -> ``//2``, twice, in ``DCNN/folding.py``); PORT_PYTHON is
-an interpreter with Theano 1.0.5, Lasagne 0.2.dev1 (Lasagne/Lasagne@5d3c63c) and NumPy 1.19
+``tests/references/patches/dynamiccnn.patch`` applied, the one edit for Python 3 (the folding
+layer's ``input_shape[2]/2`` -> ``//2``, twice, in ``DCNN/folding.py``); PORT_PYTHON is an
+interpreter with Theano 1.0.5, Lasagne 0.2.dev1 (Lasagne/Lasagne@5d3c63c) and NumPy 1.19
 (Python 3.8 here). This file runs itself under PORT_PYTHON for the port's half
 (``--port-side``: NumPy, Theano and the port only, no torch) and under our venv for ours.
 
@@ -213,7 +213,8 @@ def main() -> None:
     ids = [rng.randint(0, VOCAB, size=s) for s in LENGTHS]
     two, one = (True, True), (False, True)
     w_two, w_one = draw_port_weights(rng, two), draw_port_weights(rng, one)
-    from upstream import Upstream  # this folder's (sys.path[0]); not on the port's side
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository: tests.*
+    from tests.references.upstream import Upstream  # not on the port's side
 
     with tempfile.TemporaryDirectory() as tmp:
         code = Upstream(*UPSTREAM).prepare(Path(args.checkout), Path(tmp, "upstream"))

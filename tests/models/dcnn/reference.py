@@ -1,6 +1,6 @@
 """DCNN's first formulation (grouped ``conv1d`` per row, folding after the convolution, the
 wide-convolution mask by convolving the input mask, k-max pooling by ``topk``), kept as the
-reference the fast layer of ``models/dcnn.py`` must reproduce (tests/test_dcnn_model.py)."""
+reference the fast layer of ``models/dcnn.py`` must reproduce (tests/models/dcnn/test_model.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from entailment_lab.models.dcnn import (
 )
 from entailment_lab.module import ClassifierModule
 from tests.conftest import pad_with_noise, random_sentences
-from tests.dcnn_reference import (
+from tests.models.dcnn.reference import (
     fold,
     reference_k_max_pooling,
     reference_layer,
@@ -121,7 +121,7 @@ def test_wide_convolution_mask_matches_convolving_the_mask():
 def test_layer_matches_the_grouped_convolution_formulation(folding, maps_in, maps_out, rows,
                                                            width):
     # The batched-matmul layer (fold inside the matmul) against the first formulation
-    # (tests/dcnn_reference.py): same outputs, masks and gradients on random input.
+    # (tests/models/dcnn/reference.py): same outputs, masks and gradients on random input.
     torch.manual_seed(7)
     layer = DCNNLayer(maps_in, maps_out, rows, width, folding)
     nn.init.normal_(layer.bias)

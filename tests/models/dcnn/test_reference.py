@@ -1,9 +1,9 @@
 """DCNN against the public Theano/Lasagne port, FredericGodin/DynamicCNN@694cf6c.
 
-``tests/references/dcnn.pt`` holds what the port computed (float64, dropout off, one sentence at
+``tests/models/dcnn/dcnn.pt`` holds what the port computed (float64, dropout off, one sentence at
 a time, as the paper models a sentence) for seven random sentences of 1 to 31 words, with one
 set of random weights drawn in the port's layout and mapped to ours
-(``tests/references/make_dcnn.py``, run by hand with the port's checkout; the mapping is in its
+(``tests/models/dcnn/make_fixture.py``, run by hand with the port's checkout; the mapping is in its
 docstring and in docs/models/dcnn.md, "Checked against"):
 
 * ``sentence``: the port's own network (``networks.buildDCNNPaper``: folding after both
@@ -20,23 +20,21 @@ port's per-sentence numbers.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
 
 from entailment_lab.models.dcnn import DCNNClassifier, DCNNPairClassifier
+from tests.models.float64 import load_fixture
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-FIXTURE = Path(__file__).parent / "references" / "dcnn.pt"
 TOLERANCE = 1e-12  # float64 on both sides; the fixture was made at max |Δ| 3.3e-15
 
 
 @pytest.fixture(scope="module")
 def reference() -> dict:
-    return torch.load(FIXTURE, weights_only=True)
+    return load_fixture("dcnn")
 
 
 def sentence_model(reference: dict) -> DCNNClassifier:

@@ -1,8 +1,8 @@
-"""Make ``tests/references/decatt.pt``: our Decomposable Attention against a public PyTorch port.
+"""Make ``tests/models/decatt/decatt.pt``: our Decomposable Attention against a public PyTorch port.
 
 Run by hand only, never by the tests, in an environment with torch::
 
-    python tests/references/make_decatt.py /path/to/libowen2121/SNLI-decomposable-attention \
+    python tests/models/decatt/make_fixture.py /path/to/libowen2121/SNLI-decomposable-attention \
         [--out FILE]
 
 The first argument is a checkout of libowen2121/SNLI-decomposable-attention (the fixture was
@@ -28,12 +28,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
-
-from upstream import Upstream  # noqa: E402 (this folder is sys.path[0])
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]  # entailment_lab, tests.*
 
 from entailment_lab.models.decatt import DecomposableAttention  # noqa: E402
+from tests.references.upstream import Upstream  # noqa: E402
 
 UPSTREAM = Upstream("libowen2121/SNLI-decomposable-attention",
                     "5ac3eacf7862ffebe480b3dd1d2dd29671c8a18f")  # used unmodified

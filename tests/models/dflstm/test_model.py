@@ -1,5 +1,5 @@
 """DF-LSTM: parameter counts, the grid recurrence against a cell-by-cell loop over the model's
-own modules (the equations themselves: test_reference_dflstm), memory attention,
+own modules (the equations themselves: test_reference.py), memory attention,
 initialisation, config errors. Shapes, padding, gradients, over-fitting and save/load:
 test_model_harness."""
 

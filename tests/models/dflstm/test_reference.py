@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from entailment_lab.models.dflstm import DeepFusionLSTM
-from tests.reference_training import training_gap
+from tests.models.float64 import training_gap
 
 VOCAB, EMB, UNITS, K = 30, 5, 3, 2  # UNITS = d per LSTM (dim = 2d), K = memory size (Eq. 9)
 GATES = ("c", "o", "i", "f")  # T_{A,b}'s output blocks [c̃; o; i; f] (Eq. 2)
@@ -180,7 +180,7 @@ def test_the_reference_tells_a_misreading_apart(misreading):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_training_forward_and_gradients_equal_the_equation_reference(name):
     """Training mode (dropout 0, the default): the logits and every weight's gradient of the
-    cross-entropy against the reference's autograd (``reference_training.training_gap``)."""
+    cross-entropy against the reference's autograd (``float64.training_gap``)."""
     kwargs = CONFIGS[name]
     torch.manual_seed(5)
     embedding = torch.nn.Embedding(VOCAB, EMB, padding_idx=0)

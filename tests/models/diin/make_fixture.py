@@ -1,22 +1,23 @@
-"""Write tests/references/diin.pt: our DIIN's weights, run through the authors' TensorFlow graph.
+"""Write tests/models/diin/diin.pt: our DIIN's weights, run through the authors' TensorFlow graph.
 
 Run by hand only, never by the tests. Two interpreters take part: this project's (torch, our
 model) and a Python 3.7 with ``tensorflow-cpu==1.15.0`` and ``numpy<1.19`` (the authors' code
 is TensorFlow 1.x: ``tf.contrib``, placeholders, sessions). The first calls the second on this
 same file with ``--tf-side``; that half imports no torch and nothing of this project::
 
-    PYTHONPATH=src python tests/references/make_diin.py /path/to/DIIN-checkout \\
+    PYTHONPATH=src python tests/models/diin/make_fixture.py /path/to/DIIN-checkout \\
         --tf-python /path/to/py37-tf1.15/bin/python
 
 (or ``make references``: tests/references/README.md). The checkout is a git clone of
 YichenGong/Densely-Interactive-Inference-Network; its pinned commit (``UPSTREAM``) is exported
-and ``patches/diin.patch`` applied, the adaptations listed in docs/models/diin.md: ``_linear``'s
-import path of TensorFlow 1.15, the 47-d POS input's width a setting (``config.pos_width``,
-0 here: we have no POS tags), and a switch (``config.mask_padding``, on for the second of the
-two graphs) that multiplies the encoder outputs by the sentence masks before the interaction
-layer (the authors' code does not mask padding). Until the fixture was regenerated through
-the patch these three were made at run time (monkey-patching); the patch makes the same
-operations, but it has not been run here (no Python 3.7 with TensorFlow 1.15 on this machine).
+and ``tests/references/patches/diin.patch`` applied, the adaptations listed in
+docs/models/diin.md: ``_linear``'s import path of TensorFlow 1.15, the 47-d POS input's width
+a setting (``config.pos_width``, 0 here: we have no POS tags), and a switch
+(``config.mask_padding``, on for the second of the two graphs) that multiplies the encoder
+outputs by the sentence masks before the interaction layer (the authors' code does not mask
+padding). Until the fixture was regenerated through the patch these three were made at run
+time (monkey-patching); the patch makes the same operations, but it has not been run here (no
+Python 3.7 with TensorFlow 1.15 on this machine).
 
 Our model is built with small sizes and random weights (random biases too, so every bias is
 carried over), its weights are written in the authors' variable layout, both run five SNLI
@@ -291,7 +292,8 @@ def main() -> None:
     else:
         if not args.tf_python:
             parser.error("--tf-python is required")
-        from upstream import Upstream  # this folder's (sys.path[0]); not on the TF side
+        sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository
+        from tests.references.upstream import Upstream  # not on the TF side
 
         with tempfile.TemporaryDirectory() as tmp:
             make(Upstream(*UPSTREAM).prepare(args.upstream, Path(tmp)), args.tf_python, args.out)

@@ -1,29 +1,27 @@
 """Our DIIN against the authors' TensorFlow code (YichenGong/Densely-Interactive-Inference-Network
 @cb2c23b).
 
-``tests/references/diin.pt`` holds a small DIIN of ours (its constructor arguments, vocabulary,
+``tests/models/diin/diin.pt`` holds a small DIIN of ours (its constructor arguments, vocabulary,
 word-vector size and ``state_dict``: random weights and biases), five SNLI dev pairs as our
 ids and masks, the inputs the authors' graph was fed (everything padded to
 ``sequence_length`` = 16; character ids and exact-match features), and the logits that graph
 computed in float32 from our weights copied into its variables: ``logits_masked`` with the
 encoder outputs zeroed at padding before the interaction layer (as ours does),
 ``logits_released`` as the code was released. It was written by
-``tests/references/make_diin.py`` (run by hand with TensorFlow 1.15 and the authors' checkout;
+``tests/models/diin/make_fixture.py`` (run by hand with TensorFlow 1.15 and the authors' checkout;
 nothing of either is needed here). The mapping and the adaptations: docs/models/diin.md,
 "Checked against YichenGong/Densely-Interactive-Inference-Network@cb2c23b".
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
 
 from entailment_lab.models.diin import DIIN, exact_match_feature, fit_length
+from tests.models.float64 import load_fixture
 
-FIXTURE = Path(__file__).parent / "references" / "diin.pt"
 TOLERANCE = 1e-6  # their graph runs in float32 (its casts and variables say so); measured 1.3e-7
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -51,7 +49,7 @@ def unpadded(ref: dict) -> torch.Tensor:
 
 
 def test_logits_equal_the_authors_graph():
-    ref = torch.load(FIXTURE, weights_only=True)
+    ref = load_fixture("diin")
     logits = logits_of(build(ref), ref)
     assert logits.shape == (5, 3)
     torch.testing.assert_close(logits, ref["logits_masked"].double(), rtol=0, atol=TOLERANCE)
@@ -61,7 +59,7 @@ def test_released_code_reads_padding():
     """As released, the authors' code does not mask the interaction image: a pair without
     padding gives our logits, every padded pair differs (their padded cells hold the encoding
     of the <PAD> word, not zero)."""
-    ref = torch.load(FIXTURE, weights_only=True)
+    ref = load_fixture("diin")
     logits = logits_of(build(ref), ref)
     full = unpadded(ref)
     assert full.sum() == 1 and (~full).sum() == 4
@@ -72,7 +70,7 @@ def test_released_code_reads_padding():
 
 def test_their_inputs_are_our_features():
     """The characters and exact-match features fed to their graph are our model's own."""
-    ref = torch.load(FIXTURE, weights_only=True)
+    ref = load_fixture("diin")
     model = build(ref)
     fed, length = ref["their_inputs"], ref["config"]["sequence_length"]
     keys = model.match_keys

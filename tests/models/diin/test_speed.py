@@ -19,7 +19,7 @@ from torch import nn
 
 from entailment_lab.models.diin import DIIN, DenseNetExtractor
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from pairs import load_commit_class  # noqa: E402  (benchmarks/pairs.py: a past model file)
 

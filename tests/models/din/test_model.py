@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from din_padded import padded_forward
-from din_reference import reference_forward, reference_layers
 from entailment_lab.errors import ConfigError
 from entailment_lab.models.common import Dropout
 from entailment_lab.models.din import DIN, Interaction, MatrixControlGRU, PaperGRU, Words
 from entailment_lab.models.kernels import gru_outputs, tanh, tanh_
+from tests.models.din.padded import padded_forward
+from tests.models.din.reference import reference_forward, reference_layers
 
 VOCAB = 40
 

@@ -1,8 +1,8 @@
 """DIN against an independent reference of the paper's equations (Eq. 3-22).
 
 Huo & Liu (2018), "Dynamic interactive network over matrix-space for recognizing textual
-entailment". No public implementation exists. ``tests/din_reference.py`` and
-``tests/din_padded.py`` check the fast code against slower formulations, but they are not
+entailment". No public implementation exists. ``tests/models/din/reference.py``
+and ``padded.py`` check the fast code against slower formulations, but they are not
 independent of it: they run the model's own modules (the encoder ``nn.GRU``, ``fc``,
 ``output``, dropout, the embedding), take the readings of the text from the model's knobs, and
 the padded one shares ``masked_mean`` with the model package. This file shares none of that: it
@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.models.din import DIN
-from tests.reference_training import training_gap
+from tests.models.float64 import frozen_vectors, padded_pairs, training_gap
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -218,29 +217,19 @@ VOCAB, D_EMB, DIM = 30, 5, 9  # m = 3
 LENGTHS = [(4, 3), (2, 5), (6, 1), (1, 2)]  # (premise, hypothesis) lengths: every mix
 
 
-def batch(lengths: list[int], generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Right-padded ids, the padding filled with random real ids (padding must not matter)."""
-    ids = torch.randint(1, VOCAB, (len(lengths), max(lengths)), generator=generator)
-    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
-    return ids, mask
-
-
 def compare(knobs: dict, encoder_reset: str | None = None) -> float:
     """max |logit − reference| over a padded batch of four pairs."""
     torch.manual_seed(2)
-    embedding = nn.Embedding(VOCAB, D_EMB, padding_idx=0).double()
-    embedding.weight.requires_grad_(False)
-    model = DIN(embedding, num_classes=3, dim=DIM, **knobs).double().eval()
+    model = DIN(frozen_vectors(VOCAB, D_EMB), num_classes=3, dim=DIM, **knobs).double().eval()
     state = {k: v.detach() for k, v in model.state_dict().items()}
-    g = torch.Generator().manual_seed(4)
-    p_ids, p_mask = batch([lp for lp, _ in LENGTHS], g)
-    h_ids, h_mask = batch([lh for _, lh in LENGTHS], g)
+    inputs = padded_pairs(LENGTHS, VOCAB, seed=4)
     with torch.no_grad():
-        logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
+        logits = model(**inputs)["logits"]
     worst = 0.0
     for b, (lp, lh) in enumerate(LENGTHS):
-        expected = reference(state, p_ids[b, :lp].tolist(), h_ids[b, :lh].tolist(),
-                             encoder_reset=encoder_reset, **knobs)
+        expected = reference(state, inputs["premise"][b, :lp].tolist(),
+                             inputs["hypothesis"][b, :lh].tolist(), encoder_reset=encoder_reset,
+                             **knobs)
         worst = max(worst, float((logits[b] - expected).abs().max()))
     return worst
 
@@ -284,22 +273,18 @@ def test_default_departs_from_eq_5(variant):
 
 def train_compare(knobs: dict, dtype: torch.dtype = torch.float64, dim: int = DIM,
                   lengths: list[tuple[int, int]] = LENGTHS) -> tuple[float, float]:
-    """The training path against the reference (``reference_training.training_gap``) on one
-    padded batch, the model in training mode with dropout 0 in ``dtype``."""
+    """The training path against the reference (``float64.training_gap``) on one padded batch,
+    the model in training mode with dropout 0 in ``dtype``."""
     torch.manual_seed(2)
-    embedding = nn.Embedding(VOCAB, D_EMB, padding_idx=0).double()
-    embedding.weight.requires_grad_(False)
-    model = DIN(embedding, num_classes=3, dim=dim, dropout=0.0, **knobs).double()
-    g = torch.Generator().manual_seed(4)
-    p_ids, p_mask = batch([lp for lp, _ in lengths], g)
-    h_ids, h_mask = batch([lh for _, lh in lengths], g)
+    model = DIN(frozen_vectors(VOCAB, D_EMB), num_classes=3, dim=dim, dropout=0.0,
+                **knobs).double()
+    inputs = padded_pairs(lengths, VOCAB, seed=4)
 
     def expected(state: dict[str, Tensor]) -> Tensor:
-        return torch.stack([reference(state, p_ids[b, :lp].tolist(), h_ids[b, :lh].tolist(),
-                                      **knobs) for b, (lp, lh) in enumerate(lengths)])
+        return torch.stack([reference(state, inputs["premise"][b, :lp].tolist(),
+                                      inputs["hypothesis"][b, :lh].tolist(), **knobs)
+                            for b, (lp, lh) in enumerate(lengths)])
 
-    inputs = {"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
-              "hypothesis_mask": h_mask}
     return training_gap(model, inputs, torch.arange(len(lengths)) % 3, expected, dtype)
 
 

@@ -1,9 +1,9 @@
-"""Make ``tests/references/hyperlstm.pt``: our HyperLSTM cell against the authors' TensorFlow cell.
+"""Make ``hyperlstm.pt``: our HyperLSTM cell against the authors' TensorFlow cell.
 
 Run by hand only, never by the tests, in an environment with a CPU TensorFlow 2 (its
 ``tf.compat.v1`` graph mode), numpy and torch::
 
-    python tests/references/make_hyperlstm.py /path/to/hardmaru/supercell [--out FILE]
+    python tests/models/hyperlstm/make_fixture.py /path/to/hardmaru/supercell [--out FILE]
 
 The first argument is a checkout of hardmaru/supercell (the file ``supercell.py``; the fixture
 was made at commit 063b01e). Its ``HyperLSTMCell`` is imported from there, unmodified; the code
@@ -35,12 +35,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
-
-from upstream import Upstream  # noqa: E402 (this folder is sys.path[0])
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]  # entailment_lab, tests.*
 
 from entailment_lab.models.hyperlstm import HyperLSTM  # noqa: E402
+from tests.references.upstream import Upstream  # noqa: E402
 
 UPSTREAM = Upstream("hardmaru/supercell", "063b01e75e6e8af5aeb0aac5cc583948f5887dd1",
                     paths=("supercell.py",))  # unmodified; its one file (no assets)

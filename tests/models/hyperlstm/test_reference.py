@@ -1,10 +1,10 @@
 """HyperLSTM cell against the authors' TensorFlow cell: hardmaru/supercell@063b01e, HyperLSTMCell.
 
-``tests/references/hyperlstm.pt`` holds, for layer norm on (the default of both) and off: our
+``tests/models/hyperlstm/hyperlstm.pt`` holds, for layer norm on (the default of both) and off: our
 ``HyperLSTM``'s constructor arguments and random float64 weights, one padded batch of five
 sequences (lengths 7, 3, 5, 1, 6; the padding random vectors, not zeros) and the output that
 supercell's ``HyperLSTMCell`` gave at each sequence's last real step with the same weights
-copied into its variables (the mapping: ``tests/references/make_hyperlstm.py``, which made the
+copied into its variables (the mapping: ``tests/models/hyperlstm/make_fixture.py``, which made the
 file by hand with TensorFlow 2.21's ``tf.compat.v1``; docs/models/hyperlstm.md, "Checked against
 hardmaru/supercell@063b01e"). The tests need no TensorFlow: they rebuild our encoder with the
 stored weights and compare. supercell has no sentence-pair classifier, so the cell is what is
@@ -14,21 +14,19 @@ compared; the classifier around it is the LSTM baseline's.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from entailment_lab.models.hyperlstm import HyperLSTM
+from tests.models.float64 import load_fixture
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-FIXTURE = Path(__file__).parent / "references" / "hyperlstm.pt"
 
 
 @pytest.fixture(scope="module")
 def reference() -> dict:
-    return torch.load(FIXTURE, weights_only=True)
+    return load_fixture("hyperlstm")
 
 
 def build(case: dict) -> HyperLSTM:

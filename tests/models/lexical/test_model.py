@@ -30,7 +30,7 @@ from tests.conftest import FAST, compose_cfg, file_overrides, pad_with_noise, ra
 
 VOCAB = 40
 HARNESS_OVERRIDES = ["model.net.num_buckets=4096"]
-CONFIG = Path(__file__).resolve().parents[1] / "conf" / "model" / "lexical.yaml"
+CONFIG = Path(__file__).resolve().parents[3] / "conf" / "model" / "lexical.yaml"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

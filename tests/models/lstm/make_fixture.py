@@ -1,10 +1,10 @@
-"""Write tests/references/lstm.pt: our LSTM baseline's weights, run through InferSent's NLINet.
+"""Write tests/models/lstm/lstm.pt: our LSTM baseline's weights, run through InferSent's NLINet.
 
 Run by hand only, never by the tests, with a Python that has torch and numpy and a checkout of
 facebookresearch/InferSent@48fe288 (the last commit with ``train_nli.py``) whose ``models.py``
 has three changes for a CPU and today's torch (docs/models/lstm.md lists them)::
 
-    PYTHONPATH=src python tests/references/make_lstm.py /path/to/InferSent
+    PYTHONPATH=src python tests/models/lstm/make_fixture.py /path/to/InferSent
 
 InferSent's ``LSTMEncoder`` (unidirectional, the last state of each sentence) and its
 ``nonlinear_fc`` classifier are our architecture with ``mlp_layers=2``: the weights map one to
@@ -21,9 +21,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from upstream import Upstream
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository: tests.*
 
 from entailment_lab.models.lstm import LSTMEncoderClassifier
+from tests.models.float64 import padded_batch
+from tests.references.upstream import Upstream
 
 OUT = Path(__file__).with_name("lstm.pt")
 UPSTREAM = Upstream("facebookresearch/InferSent",
@@ -36,14 +39,6 @@ THEIR_CONFIG = {"n_words": VOCAB, "word_emb_dim": EMB, "enc_lstm_dim": HIDDEN,
                 "bsize": 5, "n_classes": 3, "pool_type": "max", "nonlinear_fc": 1,
                 "encoder_type": "LSTMEncoder", "use_cuda": False}
 PREMISE_LENGTHS, HYPOTHESIS_LENGTHS = (7, 3, 9, 1, 5), (4, 8, 2, 6, 1)
-
-
-def padded(lengths: tuple[int, ...], generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """Random ids 1..VOCAB-1 and a mask (batch, max_len) True on each row's first ``lengths``
-    positions; the padding holds random real ids too, so only the mask can hide it."""
-    ids = torch.randint(1, VOCAB, (len(lengths), max(lengths)), generator=generator)
-    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
-    return ids, mask
 
 
 def their_batch(vectors: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> tuple:
@@ -87,8 +82,8 @@ def make(code: Path, out: Path) -> None:
     missing, unexpected = ours.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) == {"encoder.embedding.weight"}, (missing, unexpected)
 
-    premise, premise_mask = padded(PREMISE_LENGTHS, generator)
-    hypothesis, hypothesis_mask = padded(HYPOTHESIS_LENGTHS, generator)
+    premise, premise_mask = padded_batch(PREMISE_LENGTHS, VOCAB, generator)
+    hypothesis, hypothesis_mask = padded_batch(HYPOTHESIS_LENGTHS, VOCAB, generator)
     with torch.no_grad():
         their_logits = theirs(their_batch(vectors, premise, premise_mask),
                               their_batch(vectors, hypothesis, hypothesis_mask))

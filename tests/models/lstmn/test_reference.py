@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.models.lstmn import LSTMNDeepFusion
-from tests.reference_training import training_gap
+from tests.models.float64 import frozen_vectors, padded_pairs, training_gap
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -158,27 +157,17 @@ VOCAB, D, H = 40, 7, 6
 LENGTHS = [(5, 3), (2, 6), (7, 1), (1, 4)]  # (premise, hypothesis) lengths: every mix
 
 
-def batch(lengths: list[int], generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Right-padded ids, the padding filled with random real ids (padding must not matter)."""
-    ids = torch.randint(1, VOCAB, (len(lengths), max(lengths)), generator=generator)
-    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
-    return ids, mask
-
-
 @pytest.mark.parametrize(("shared", "slot"), [(True, True), (False, True), (True, False),
                                               (False, False)])
 def test_model_equals_the_equations(shared, slot):
     torch.manual_seed(7)
-    embedding = nn.Embedding(VOCAB, D, padding_idx=0).double()
-    embedding.weight.requires_grad_(False)
-    model = LSTMNDeepFusion(embedding, num_classes=3, hidden_size=H, shared_reader=shared,
-                            initial_slot=slot).double().eval()
+    model = LSTMNDeepFusion(frozen_vectors(VOCAB, D), num_classes=3, hidden_size=H,
+                            shared_reader=shared, initial_slot=slot).double().eval()
     state = {k: v.detach() for k, v in model.state_dict().items()}
-    g = torch.Generator().manual_seed(3)
-    p_ids, p_mask = batch([lp for lp, _ in LENGTHS], g)
-    h_ids, h_mask = batch([lh for _, lh in LENGTHS], g)
+    inputs = padded_pairs(LENGTHS, VOCAB, seed=3)
+    p_ids, h_ids = inputs["premise"], inputs["hypothesis"]
     with torch.no_grad():
-        out = model(p_ids, p_mask, h_ids, h_mask, return_details=True)
+        out = model(**inputs, return_details=True)
     vectors = state["embedding.weight"]
     n0 = int(slot)
     worst = 0.0
@@ -195,15 +184,12 @@ def test_model_equals_the_equations(shared, slot):
 @pytest.mark.parametrize(("shared", "slot"), [(True, True), (False, False)])
 def test_training_forward_and_gradients_equal_the_equations(shared, slot):
     """Training mode, dropout 0: the logits and every weight's gradient of the cross-entropy
-    against the reference's autograd (``reference_training.training_gap``)."""
+    against the reference's autograd (``float64.training_gap``)."""
     torch.manual_seed(7)
-    embedding = nn.Embedding(VOCAB, D, padding_idx=0).double()
-    embedding.weight.requires_grad_(False)
-    model = LSTMNDeepFusion(embedding, num_classes=3, hidden_size=H, shared_reader=shared,
-                            initial_slot=slot, dropout=0.0).double()
-    g = torch.Generator().manual_seed(3)
-    p_ids, p_mask = batch([lp for lp, _ in LENGTHS], g)
-    h_ids, h_mask = batch([lh for _, lh in LENGTHS], g)
+    model = LSTMNDeepFusion(frozen_vectors(VOCAB, D), num_classes=3, hidden_size=H,
+                            shared_reader=shared, initial_slot=slot, dropout=0.0).double()
+    inputs = padded_pairs(LENGTHS, VOCAB, seed=3)
+    p_ids, h_ids = inputs["premise"], inputs["hypothesis"]
 
     def expected(state: dict[str, Tensor]) -> Tensor:
         vectors = state["embedding.weight"]
@@ -211,7 +197,5 @@ def test_training_forward_and_gradients_equal_the_equations(shared, slot):
                                       list(vectors[h_ids[b, :lh]]), slot)[0]
                             for b, (lp, lh) in enumerate(LENGTHS)])
 
-    inputs = {"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
-              "hypothesis_mask": h_mask}
     logit, grad = training_gap(model, inputs, torch.tensor([0, 1, 2, 1]), expected)
     assert logit < 1e-12 and grad < 1e-10, (logit, grad)

@@ -1,4 +1,4 @@
-"""Write tests/references/mlstm.pt: our match-LSTM's weights, run through donghyeonk/match-lstm.
+"""Write tests/models/mlstm/mlstm.pt: our match-LSTM's weights, run through donghyeonk/match-lstm.
 
 Run by hand only, never by the tests, with a Python that has torch and numpy and a checkout of
 donghyeonk/match-lstm@f3886ab whose ``model.py`` carries two switches added for this check
@@ -6,7 +6,7 @@ donghyeonk/match-lstm@f3886ab whose ``model.py`` carries two switches added for 
 real premise words only; the port also gives weight to padding) and ``config.null_premise``
 (a fixed zero premise state h^s_0, the paper's NULL, which the port does not have)::
 
-    PYTHONPATH=src python tests/references/make_mlstm.py /path/to/match-lstm
+    PYTHONPATH=src python tests/models/mlstm/make_fixture.py /path/to/match-lstm
 
 Two cases, each a model built on both sides with the port's weights (redrawn from N(0, 0.5²))
 copied into ours,
@@ -29,9 +29,12 @@ from types import SimpleNamespace
 
 import torch
 from torch import nn
-from upstream import Upstream
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository: tests.*
 
 from entailment_lab.models.mlstm import MatchLSTM
+from tests.models.float64 import padded_batch
+from tests.references.upstream import Upstream
 
 OUT = Path(__file__).with_name("mlstm.pt")
 UPSTREAM = Upstream("donghyeonk/match-lstm",
@@ -40,14 +43,6 @@ VOCAB, EMB, HIDDEN = 30, 10, 8
 PREMISE_LENGTHS, HYPOTHESIS_LENGTHS = (7, 3, 9, 1, 5), (4, 8, 2, 6, 1)
 LSTM_PARAMS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
 CELL_PARAMS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-
-
-def padded(lengths: tuple[int, ...], generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """Random ids 1..VOCAB-1 and a mask (batch, max_len) True on each row's first ``lengths``
-    positions; the padding holds random real ids too, so only the mask can hide it."""
-    ids = torch.randint(1, VOCAB, (len(lengths), max(lengths)), generator=generator)
-    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
-    return ids, mask
 
 
 def their_config(**switches: bool) -> SimpleNamespace:
@@ -94,7 +89,8 @@ def make(code: Path, out: Path) -> None:
     generator = torch.Generator().manual_seed(48)
     vectors = torch.randn(VOCAB, EMB, generator=generator)
     vectors[0] = 0.0  # padding id 0
-    batch = (*padded(PREMISE_LENGTHS, generator), *padded(HYPOTHESIS_LENGTHS, generator))
+    batch = (*padded_batch(PREMISE_LENGTHS, VOCAB, generator),
+             *padded_batch(HYPOTHESIS_LENGTHS, VOCAB, generator))
     embedding = nn.Embedding.from_pretrained(vectors, freeze=True, padding_idx=0)
 
     cases = {}

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from entailment_lab.models.rlstm import ReReadLSTM
-from tests.reference_training import training_gap
+from tests.models.float64 import frozen_vectors, padded_pairs, training_gap
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -96,13 +95,6 @@ VOCAB, D, K = 40, 7, 6
 LENGTHS = [(5, 3), (2, 6), (7, 1), (1, 4)]  # (premise, hypothesis) lengths: every mix
 
 
-def batch(lengths: list[int], generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Right-padded ids, the padding filled with random real ids (padding must not matter)."""
-    ids = torch.randint(1, VOCAB, (len(lengths), max(lengths)), generator=generator)
-    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
-    return ids, mask
-
-
 @pytest.mark.parametrize("kwargs", [
     {},
     {"premise_bidirectional": False, "pooling": "last"},
@@ -112,15 +104,13 @@ def batch(lengths: list[int], generator: torch.Generator) -> tuple[Tensor, Tenso
 ])
 def test_model_equals_the_equations(kwargs):
     torch.manual_seed(5)
-    embedding = nn.Embedding(VOCAB, D, padding_idx=0).double()
-    embedding.weight.requires_grad_(False)
-    model = ReReadLSTM(embedding, num_classes=3, hidden_size=K, **kwargs).double().eval()
+    model = ReReadLSTM(frozen_vectors(VOCAB, D), num_classes=3, hidden_size=K,
+                       **kwargs).double().eval()
     state = {k: v.detach() for k, v in model.state_dict().items()}
-    g = torch.Generator().manual_seed(11)
-    p_ids, p_mask = batch([lp for lp, _ in LENGTHS], g)
-    h_ids, h_mask = batch([lh for _, lh in LENGTHS], g)
+    inputs = padded_pairs(LENGTHS, VOCAB, seed=11)
+    p_ids, h_ids = inputs["premise"], inputs["hypothesis"]
     with torch.no_grad():
-        logits = model(p_ids, p_mask, h_ids, h_mask)["logits"]
+        logits = model(**inputs)["logits"]
     vectors = state["embedding.weight"]
     readings = {"memory_in_gates": kwargs.get("memory_in_gates", True),
                 "memory_in_output": kwargs.get("memory_in_output", True),
@@ -135,14 +125,12 @@ def test_model_equals_the_equations(kwargs):
                                          "mlp_layers": 2}])
 def test_training_forward_and_gradients_equal_the_equations(kwargs):
     """Training mode, dropout 0: the logits and every weight's gradient of the cross-entropy
-    against the reference's autograd (``reference_training.training_gap``)."""
+    against the reference's autograd (``float64.training_gap``)."""
     torch.manual_seed(5)
-    embedding = nn.Embedding(VOCAB, D, padding_idx=0).double()
-    embedding.weight.requires_grad_(False)
-    model = ReReadLSTM(embedding, num_classes=3, hidden_size=K, dropout=0.0, **kwargs).double()
-    g = torch.Generator().manual_seed(11)
-    p_ids, p_mask = batch([lp for lp, _ in LENGTHS], g)
-    h_ids, h_mask = batch([lh for _, lh in LENGTHS], g)
+    model = ReReadLSTM(frozen_vectors(VOCAB, D), num_classes=3, hidden_size=K, dropout=0.0,
+                       **kwargs).double()
+    inputs = padded_pairs(LENGTHS, VOCAB, seed=11)
+    p_ids, h_ids = inputs["premise"], inputs["hypothesis"]
 
     def expected(state: dict[str, Tensor]) -> Tensor:
         vectors = state["embedding.weight"]
@@ -152,7 +140,5 @@ def test_training_forward_and_gradients_equal_the_equations(kwargs):
                                       pooling=kwargs.get("pooling", "mean"))
                             for b, (lp, lh) in enumerate(LENGTHS)])
 
-    inputs = {"premise": p_ids, "premise_mask": p_mask, "hypothesis": h_ids,
-              "hypothesis_mask": h_mask}
     logit, grad = training_gap(model, inputs, torch.tensor([0, 1, 2, 1]), expected)
     assert logit < 1e-12 and grad < 1e-10, (logit, grad)

@@ -1,6 +1,6 @@
 """TC-LSTMs: parameter counts against row 4's Para and row 4's experiment, the diagonal wavefront
 against a cell-by-cell loop over the model's own modules in all four directions (outputs and
-gradients; the equations themselves: test_reference_tclstm), dynamic pooling,
+gradients; the equations themselves: test_reference.py), dynamic pooling,
 initialisation, config errors. Shapes, padding, gradients, over-fitting and save/load:
 test_model_harness."""
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from entailment_lab.models.tclstm import TightlyCoupledLSTM
-from tests.reference_training import training_gap
+from tests.models.float64 import training_gap
 
 VOCAB, EMB, D = 30, 5, 4
 GATES = ("c", "o", "i", "f1", "f2")  # the order of T_{A,b}'s five output blocks (§3.2)
@@ -200,7 +200,7 @@ def test_the_reference_tells_a_misreading_apart(misreading):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_training_forward_and_gradients_equal_the_equation_reference(name):
     """Training mode (dropout 0, the default): the logits and every weight's gradient of the
-    cross-entropy against the reference's autograd (``reference_training.training_gap``)."""
+    cross-entropy against the reference's autograd (``float64.training_gap``)."""
     kwargs = CONFIGS[name]
     model = build(dropout=0.0, **kwargs)
     layers, mlp = kwargs.get("num_layers", 4), kwargs.get("mlp_size", 50) != 0

@@ -1,4 +1,4 @@
-"""Write tests/references/wbw_attention.pt: our word-by-word attention model's weights, with
+"""Write wbw_attention.pt (beside this file): our word-by-word attention model's weights, with
 the attention and output layers (Eq. 11-14 and the softmax layer) computed by
 codedecde/Recognizing-Textual-Entailment's ``RTE`` model.
 
@@ -6,7 +6,7 @@ Run by hand only, never by the tests, with a Python that has torch, numpy and sc
 checkout of codedecde/Recognizing-Textual-Entailment@1908f9e converted to Python 3 (``2to3 -w
 rte_model.py utils.py recurrent_BatchNorm.py``; no other change)::
 
-    PYTHONPATH=src python tests/references/make_wbw_attention.py /path/to/checkout
+    PYTHONPATH=src python tests/models/wbw_attention/make_fixture.py /path/to/checkout
 
 That implementation encodes the sentences with GRUs (the paper: LSTMs, ours too), so its
 encoder cannot take our weights: the check covers the part that matches by design. Our model
@@ -25,9 +25,12 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from upstream import Upstream
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository: tests.*
 
 from entailment_lab.models.wbw_attention import WordByWordAttention
+from tests.models.float64 import padded_batch
+from tests.references.upstream import Upstream
 
 OUT = Path(__file__).with_name("wbw_attention.pt")
 UPSTREAM = Upstream("codedecde/Recognizing-Textual-Entailment",
@@ -36,14 +39,6 @@ VOCAB, EMB, K = 30, 10, 8
 CONFIG = {"hidden_size": K, "dropout": 0.1, "delimiter": True, "condition_on": "cell",
           "single_lstm_bias": False}
 PREMISE_LENGTHS, HYPOTHESIS_LENGTHS = (7, 3, 9, 1, 5), (4, 8, 2, 6, 1)
-
-
-def padded(lengths: tuple[int, ...], generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """Random ids 1..VOCAB-1 and a mask (batch, max_len) True on each row's first ``lengths``
-    positions; the padding holds random real ids too, so only the mask can hide it."""
-    ids = torch.randint(1, VOCAB, (len(lengths), max(lengths)), generator=generator)
-    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
-    return ids, mask
 
 
 def their_options() -> dict:
@@ -92,8 +87,8 @@ def make(code: Path, path: Path) -> None:
     theirs = rte_model.RTE(list(range(VOCAB - 1)), their_options()).double().eval()
     copy_weights(ours, theirs)
 
-    premise, premise_mask = padded(PREMISE_LENGTHS, generator)
-    hypothesis, hypothesis_mask = padded(HYPOTHESIS_LENGTHS, generator)
+    premise, premise_mask = padded_batch(PREMISE_LENGTHS, VOCAB, generator)
+    hypothesis, hypothesis_mask = padded_batch(HYPOTHESIS_LENGTHS, VOCAB, generator)
     seen = {}
     ours.premise_lstm.register_forward_hook(lambda m, a, out: seen.update(Y=out[0]))
     ours.hypothesis_lstm.register_forward_hook(lambda m, a, out: seen.update(H=out[0]))
