@@ -29,10 +29,10 @@ results: install
 	    docs/DCNN_RESULTS.md
 	$(PY) benchmarks/peer_speed.py table docs/results/peer_speed --write docs/peer_speed.md
 
-# Regenerate the weight-transfer fixtures tests/references/*.pt, bit for bit, from git clones of
-# the third-party repositories in CHECKOUTS (one per repository); CHECK=1 writes nothing and
-# compares byte for byte; REFERENCES_ARGS passes the other interpreters some of them need
-# (tests/references/README.md).
+# Regenerate the weight-transfer fixtures tests/models/NAME/NAME.pt (each beside its generator,
+# make_fixture.py), bit for bit, from git clones of the third-party repositories in CHECKOUTS
+# (one per repository); CHECK=1 writes nothing and compares byte for byte; REFERENCES_ARGS passes
+# the other interpreters some of them need (tests/references/README.md).
 references: install
 	$(if $(CHECKOUTS),,$(error give CHECKOUTS=DIR, the folder of the clones: tests/references/README.md))
 	$(PY) tests/references/regenerate.py --checkouts $(CHECKOUTS) $(if $(CHECK),--check) \

@@ -1,7 +1,7 @@
 """DCNN training speed: the first formulation against today's, side by side in one process.
 
-"before" is DCNN as first written (tests/dcnn_reference.py: one grouped ``conv1d`` with a group
-per row, folding after it, the wide-convolution mask by convolving the input mask; the
+"before" is DCNN as first written (tests/models/dcnn/reference.py: one grouped ``conv1d`` with a
+group per row, folding after it, the wide-convolution mask by convolving the input mask; the
 per-layer L2 added to the loss; PyTorch's default Adagrad). "after" is models/dcnn.py (one
 batched matmul per layer with the fold inside it, the mask by a running sum; the L2 as
 per-group weight decay, ``ClassifierModule.parameter_groups``; fused Adagrad). Both train the
@@ -39,7 +39,7 @@ from entailment_lab.embeddings import random_embeddings  # noqa: E402
 from entailment_lab.models import dcnn  # noqa: E402
 from entailment_lab.models.dcnn import DCNNClassifier  # noqa: E402
 from entailment_lab.module import ClassifierModule  # noqa: E402
-from tests.dcnn_reference import reference_layer  # noqa: E402
+from tests.models.dcnn.reference import reference_layer  # noqa: E402
 
 Batch = dict[str, torch.Tensor]
 

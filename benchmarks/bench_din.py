@@ -7,9 +7,9 @@ training uses (GloVe 6B 50-d, frozen), with the same initial weights:
 - ``now``: ``entailment_lab.models.din`` as checked out;
 - ``BASE`` (default ``bfd714b``): ``src/entailment_lab/models/din.py`` at that commit, read with
   ``git show`` (skipped with a message where git or the commit is missing);
-- ``padded``: ``tests/din_padded.py``, the equations vectorised over the padded batch with no
-  packing, sorting or transposition: the fair baseline (``tests/din_reference.py``, one pair at
-  a time, stays a correctness test only).
+- ``padded``: ``tests/models/din/padded.py``, the equations vectorised over the padded batch with
+  no packing, sorting or transposition: the fair baseline (``tests/models/din/reference.py``, one
+  pair at a time, stays a correctness test only).
 
 The implementations alternate in ``--rounds`` rounds, so a change of machine load hits all of
 them alike; the first ``--warmup`` batches are not timed. Printed per variant and size:
@@ -42,7 +42,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from pairs import (  # noqa: E402
@@ -58,9 +57,9 @@ from pairs import (  # noqa: E402
     time_rounds,
 )
 
-from din_padded import padded_forward  # noqa: E402
 from entailment_lab.embeddings import glove_6b_50d, random_embeddings  # noqa: E402
 from entailment_lab.models.din import DIN, Words  # noqa: E402
+from tests.models.din.padded import padded_forward  # noqa: E402
 
 Shape = tuple[int, ...]
 

@@ -176,8 +176,7 @@ def ensure_packages(folder: Path) -> list[str]:
 def import_project() -> None:
     """Put the project (src/, the tests' helpers, the benchmarks) on the path, as pytest and
     the benchmarks do: no installed package needed."""
-    for path in (ROOT / "benchmarks" / "peers", ROOT / "benchmarks", ROOT / "tests", ROOT,
-                 ROOT / "src"):
+    for path in (ROOT / "benchmarks" / "peers", ROOT / "benchmarks", ROOT, ROOT / "src"):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
     os.environ.setdefault("WANDB_MODE", "disabled")

@@ -244,26 +244,3 @@ def fits_exactly(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], label
         optimiser.step()
     return bool((model(*inputs)["logits"].argmax(1) == labels).all())
 
-
-REFERENCES = Path(__file__).resolve().parent / "references"
-
-
-def reference_model(model_class: type[nn.Module], name: str, case: str | None = None
-                    ) -> tuple[nn.Module, dict, dict]:
-    """Our ``model_class`` rebuilt in float64 eval mode from the weight-transfer fixture
-    ``tests/references/NAME.pt`` (its ``case`` where it holds several); returns the model, the
-    fixture, and the stored entry (the case's, else the fixture itself) with the public
-    implementation's outputs."""
-    ref = torch.load(REFERENCES / f"{name}.pt", weights_only=True)
-    stored = ref["cases"][case] if case else ref
-    embedding = nn.Embedding.from_pretrained(ref["embeddings"], freeze=True, padding_idx=0)
-    model = model_class(embedding, num_classes=3, **stored["config"]).double().eval()
-    model.load_state_dict(stored["state_dict"])
-    return model, ref, stored
-
-
-def assert_reference_logits(logits: torch.Tensor, theirs: torch.Tensor) -> None:
-    """Our float64 logits equal the public implementation's, on pairs whose logits differ."""
-    assert (theirs.max(dim=0).values - theirs.min(dim=0).values).min() > 0.05  # pairs differ
-    assert logits.dtype == torch.float64 and logits.shape == theirs.shape
-    torch.testing.assert_close(logits, theirs, rtol=0, atol=1e-12)

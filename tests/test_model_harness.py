@@ -18,9 +18,9 @@ the way the pipeline does (``pipeline.build_net`` with the embedding of ``embedd
 Sizes are shrunk generically: ``dim=16`` where the model's config reads ``${dim}`` (DIN needs a
 perfect square: 16 is one), 16-d random word vectors, sentences of at most 13 words. Pair models
 read pairs (the demo corpus), sentence models (``Network.inputs == "sentence"``) single
-sentences (``data=sst5``'s schema). A model's own test file, ``tests/test_<file>_model.py``
+sentences (``data=sst5``'s schema). A model's own test file, ``tests/models/<file>/test_model.py``
 with ``<file>`` the module of its ``model.net._target_`` under ``entailment_lab/models/`` (so
-``din1``, ``din2`` and ``din1_static`` share ``test_din_model.py``), may set:
+``din1``, ``din2`` and ``din1_static`` share ``tests/models/din/test_model.py``), may set:
 
 - ``HARNESS_OVERRIDES: list[str]``: Hydra overrides applied after the generic ones (to every
   config of that module), where the model needs more to be fast;
@@ -76,9 +76,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def model_test_module(model: str) -> ModuleType | None:
     """The model's own test file (found from its network's module), if it has one."""
     target = OmegaConf.load(MODEL_CONFIGS / f"{model}.yaml").net._target_
-    path = TESTS / f"test_{target.split('.')[-2]}_model.py"
-    # pytest puts tests/ on sys.path (rootdir conftest): the same module object it collects
-    return importlib.import_module(path.stem) if path.exists() else None
+    name = target.split(".")[-2]
+    # tests/ is a package: pytest collects the file as this module, the same object
+    exists = (TESTS / "models" / name / "test_model.py").exists()
+    return importlib.import_module(f"tests.models.{name}.test_model") if exists else None
 
 
 def declared(model: str, name: str, default: Any) -> Any:

@@ -1,6 +1,7 @@
 """The weight-transfer fixtures can be regenerated from the repository alone (with clones of
-the third-party code): every generator pins a repository and a full commit, its stored patch
-exists, and ``make references`` knows every fixture (tests/references/README.md)."""
+the third-party code): every generator (``tests/models/NAME/make_fixture.py``) pins a repository
+and a full commit, its stored patch exists, and ``make references`` knows every fixture, which
+lies beside its generator (tests/references/README.md)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ import pytest
 from tests.conftest import REPO
 
 HERE = REPO / "tests" / "references"
+MODELS = REPO / "tests" / "models"
 sys.path.insert(0, str(HERE))
-from regenerate import FIXTURES  # noqa: E402
+from regenerate import FIXTURES, committed  # noqa: E402
 
-GENERATORS = sorted(HERE.glob("make_*.py"))
+GENERATORS = sorted(MODELS.glob("*/make_fixture.py"))
 
 
 def upstream(generator: Path) -> tuple:
@@ -34,10 +36,10 @@ def upstream(generator: Path) -> tuple:
                 return (*args, *[None] * (3 - len(args)), kwargs.get("paths", ()))[:4]
             values = ast.literal_eval(value)
             return (*values, *[None] * (4 - len(values)))[:4]
-    raise AssertionError(f"{generator.name}: no UPSTREAM constant")
+    raise AssertionError(f"{generator}: no UPSTREAM constant")
 
 
-@pytest.mark.parametrize("generator", GENERATORS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("generator", GENERATORS, ids=lambda p: f"make_{p.parent.name}")
 def test_every_generator_pins_a_repository_commit_and_its_patch(generator):
     repository, commit, patch, _ = upstream(generator)
     assert re.fullmatch(r"[\w.-]+/[\w.-]+", repository)
@@ -50,8 +52,9 @@ def test_every_generator_pins_a_repository_commit_and_its_patch(generator):
 def test_every_patch_is_used_and_every_fixture_is_regenerated():
     used = {upstream(g)[2] for g in GENERATORS} - {None}
     assert used == {p.name for p in (HERE / "patches").glob("*.patch")}
-    assert set(FIXTURES) == {p.name for p in HERE.glob("*.pt")}
-    assert {generator for generator, _, _ in FIXTURES.values()} == {g.name for g in GENERATORS}
+    assert {committed(f) for f in FIXTURES} == set(MODELS.glob("*/*.pt"))  # beside generators
+    assert {g for g, _, _ in FIXTURES.values()} == {g.relative_to(MODELS).as_posix()
+                                                    for g in GENERATORS}
 
 
 def test_a_missing_clone_is_a_line_not_a_regenerated_fixture(tmp_path):

@@ -57,7 +57,7 @@ included), checkpoints (train_mnli.py:303-316), the TensorBoard write and log li
 Run-time adaptations (their files untouched; listed in the record's notes):
 
 * ``_linear``'s import path of TensorFlow 1.15 (``core_rnn_cell``), as
-  tests/references/make_diin.py does;
+  tests/models/diin/make_fixture.py does;
 * the 47-d POS one-hot placeholders get width 0 and are fed empty (our model has no POS tags;
   fed as zeros they would still widen every encoder layer by 47); ``--pos-tags`` keeps the
   released 47-d width and feeds zeros instead. Their per-step ``generate_pos_feature_tensor``

@@ -1,9 +1,10 @@
-"""Regenerate every weight-transfer fixture (``tests/references/*.pt``) from the third-party
+"""Regenerate every weight-transfer fixture (``tests/models/NAME/NAME.pt``) from the third-party
 checkouts, bit for bit: ``make references CHECKOUTS=DIR`` (tests/references/README.md).
 
 DIR holds one git clone per repository, named as ``git clone`` names it (``DIR/InferSent``
-for facebookresearch/InferSent). Each generator exports its pinned commit from the clone,
-applies its stored patch (``patches/``) and writes its fixture. The numerics are pinned: one
+for facebookresearch/InferSent). Each generator (``tests/models/NAME/make_fixture.py``, beside
+its fixture) exports its pinned commit from the clone, applies its stored patch (``patches/``
+here) and writes its fixture. The numerics are pinned: one
 thread, MKL's conditional numerical reproducibility (``MKL_CBWR=COMPATIBLE``) and ATen's
 portable kernels (``ATEN_CPU_CAPABILITY=default``), so that the bytes do not depend on the
 thread count or on the processor's vector extensions.
@@ -27,18 +28,26 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+MODELS = ROOT / "tests" / "models"
 PINNED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE",
           "ATEN_CPU_CAPABILITY": "default", "PYTHONHASHSEED": "0"}
-#: fixture -> (generator, the clone's folder name, the option naming a second interpreter)
+#: fixture -> (its generator under tests/models/, the clone's folder name, the option naming a
+#: second interpreter); fixture and generator share the model's folder, tests/models/NAME/
 FIXTURES = {
-    "decatt.pt": ("make_decatt.py", "SNLI-decomposable-attention", None),
-    "lstm.pt": ("make_lstm.py", "InferSent", None),
-    "mlstm.pt": ("make_mlstm.py", "match-lstm", None),
-    "wbw_attention.pt": ("make_wbw_attention.py", "Recognizing-Textual-Entailment", None),
-    "hyperlstm.pt": ("make_hyperlstm.py", "supercell", "--tf2-python"),
-    "dcnn.pt": ("make_dcnn.py", "DynamicCNN", "--port-python"),
-    "diin.pt": ("make_diin.py", "Densely-Interactive-Inference-Network", "--tf-python"),
+    "decatt.pt": ("decatt/make_fixture.py", "SNLI-decomposable-attention", None),
+    "lstm.pt": ("lstm/make_fixture.py", "InferSent", None),
+    "mlstm.pt": ("mlstm/make_fixture.py", "match-lstm", None),
+    "wbw_attention.pt": ("wbw_attention/make_fixture.py", "Recognizing-Textual-Entailment", None),
+    "hyperlstm.pt": ("hyperlstm/make_fixture.py", "supercell", "--tf2-python"),
+    "dcnn.pt": ("dcnn/make_fixture.py", "DynamicCNN", "--port-python"),
+    "diin.pt": ("diin/make_fixture.py", "Densely-Interactive-Inference-Network", "--tf-python"),
 }
+
+
+def committed(fixture: str) -> Path:
+    """Where the committed fixture lies: beside its generator (``tests/models/NAME/NAME.pt``).
+    Its file name is kept on regeneration: ``torch.save`` names the archive's records after it."""
+    return (MODELS / FIXTURES[fixture][0]).with_name(fixture)
 
 
 def largest_difference(a: Path, b: Path) -> str:
@@ -67,7 +76,7 @@ def run(fixture: str, checkouts: Path, out: Path, interpreters: dict[str, str | 
     checkout = checkouts / folder
     if not checkout.is_dir():
         return f"no checkout {checkout}"
-    command = [sys.executable, str(HERE / generator), str(checkout), "--out", str(out)]
+    command = [sys.executable, str(MODELS / generator), str(checkout), "--out", str(out)]
     if option == "--tf2-python":  # the whole generator runs under a Python with TensorFlow 2
         python = interpreters[option] or sys.executable
         probe = subprocess.run([python, "-c", "import tensorflow, torch"], capture_output=True,
@@ -105,18 +114,18 @@ def main(argv: list[str] | None = None) -> int:
         for fixture in args.only:
             out = Path(tmp) / fixture
             skipped = run(fixture, args.checkouts, out, interpreters)
-            committed = HERE / fixture
+            stored = committed(fixture)
             if skipped:
                 print(f"{fixture}: not regenerated ({skipped})")
                 failed = failed or args.check
             elif args.check:
-                same = committed.read_bytes() == out.read_bytes()
+                same = stored.read_bytes() == out.read_bytes()
                 print(f"{fixture}: " + ("identical, bit for bit" if same else "DIFFERS (largest "
-                                       f"|Δ| {largest_difference(committed, out)})"))
+                                       f"|Δ| {largest_difference(stored, out)})"))
                 failed = failed or not same
             else:
-                same = committed.is_file() and committed.read_bytes() == out.read_bytes()
-                shutil.copyfile(out, committed)
+                same = stored.is_file() and stored.read_bytes() == out.read_bytes()
+                shutil.copyfile(out, stored)
                 print(f"{fixture}: " + ("unchanged" if same else "rewritten"))
     return 1 if failed else 0
 

@@ -109,7 +109,7 @@ class DeepFusionLSTM(Network):
     ``dim`` is the size of the matching vector h_{i,j} = h^(x)_{i,j} ⊕ h^(y)_{i,j} (Eq. 6), so
     each LSTM has ``dim / 2`` units: Table 2's "600D" is 300 + 300. With 300-d word vectors and
     3 classes that is 2,434,503 parameters (docs/models/dflstm.md: the row's 2.8M is not this
-    model's count). ``tests/test_reference_dflstm.py`` checks it against an independent
+    model's count). ``tests/models/dflstm/test_reference.py`` checks it against an independent
     cell-by-cell reference of Eq. 2-17.
     """
 

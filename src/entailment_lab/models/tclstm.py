@@ -155,7 +155,7 @@ class TightlyCoupledLSTM(Network):
     (4 blocks, one unit shared by the four directions, pooling 2 × 1, a 50-unit fully connected
     layer) and the 100-d word vectors of row 4's experiment the model has 193,703 trainable
     parameters, 293,703 with 300-d vectors (docs/models/tclstm.md: the row's 190k is not
-    reproduced exactly). ``tests/test_reference_tclstm.py`` checks it against an independent
+    reproduced exactly). ``tests/models/tclstm/test_reference.py`` checks it against an independent
     cell-by-cell reference of the equations.
     """
 

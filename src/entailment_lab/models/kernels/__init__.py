@@ -3,7 +3,8 @@
 
 A model file computes with its reference (plain torch, autograd) and calls a fast path here
 where ``applies()`` says one may run; each fast path computes the reference's function to float
-rounding, and its tests compare the two (``tests/test_din_model.py``, ``tests/test_c_kernels.py``).
+rounding, and its tests compare the two (``tests/models/din/test_model.py``,
+``tests/models/din/test_kernels.py``).
 
 - ``tanh``, ``tanh_``: ``torch.tanh`` through the sigmoid on CPU (``elementwise.py``);
 - ``gru_outputs``: ``nn.GRU``'s training pass with a hand-written backward (``gru.py``);

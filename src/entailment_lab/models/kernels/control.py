@@ -29,7 +29,7 @@ class _ControlLoop(torch.autograd.Function):
     backward of the loop runs a dozen operations a step, slices and concatenates every step's
     gradients and fills zeros for the rows that drop out. Here each step's gradients are
     written straight into their rows of one buffer per input, and the state's gradient is
-    carried back in place. ``tests/test_din_model.py`` gradchecks it and compares the model's
+    carried back in place. ``tests/models/din/test_model.py`` gradchecks it and compares the model's
     gradients with the padded implementation's (float64).
     """
 

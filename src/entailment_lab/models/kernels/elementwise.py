@@ -7,7 +7,7 @@ measured on (1.1-1.5 ms for the (960, 20, 20) interaction state), its sigmoid ab
 absolute error is at most about one float32 ulp of 1 (1.8e-7 vs float64 tanh, against 3e-8 for
 torch.tanh), the size of the rounding of any sum of such values; relative accuracy is lost only
 where |tanh(x)| is itself below that. Other devices and dtypes use ``torch.tanh``, the
-reference (``tests/test_din_model.py`` compares the two).
+reference (``tests/models/din/test_model.py`` compares the two).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ class _GRUSequence(torch.autograd.Function):
     gates' gradients are written into one buffer per product and the weights' gradients are
     one matrix product over all steps after the loop. The first step's gates are ``b_hh``
     (``W_hh h_0 = 0`` is not computed). Outputs equal ``nn.GRU``'s to float rounding:
-    ``tests/test_din_model.py`` compares them (float64 and float32) and gradchecks the backward.
+    ``tests/models/din/test_model.py`` compares them (float64 and float32) and gradchecks the
+    backward.
     """
 
     @staticmethod

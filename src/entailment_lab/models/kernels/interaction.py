@@ -15,9 +15,9 @@ them (the kernel checks every index against the matrices it reads or writes).
 The forward keeps, for the backward, the rows sorted by premise length and every state S_0 ..
 S_L (its outputs after the first); the backward updates one gradient buffer in place step by step
 and accumulates the weights' gradients in place, instead of autograd's new tensor and
-accumulation per operation and step. ``tests/test_din_model.py`` gradchecks it and
-``tests/test_c_kernels.py`` checks the registrations (``torch.library.opcheck``) and compares
-the kernel with the torch products.
+accumulation per operation and step. ``tests/models/din/test_model.py`` gradchecks it and
+``tests/models/din/test_kernels.py`` checks the registrations (``torch.library.opcheck``) and
+compares the kernel with the torch products.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ cache). Where it cannot be built or run (no compiler, a CPU without those extens
 checks its operands first, as ``TORCH_CHECK`` would: dtype, layout and shapes here, each index
 against the matrices it reads or writes in the kernel itself (an ``IndexError`` naming the row).
 The products differ from ``bmm``'s by float32 rounding only (the order of the sums):
-``tests/test_c_kernels.py``.
+``tests/models/din/test_kernels.py``.
 """
 
 from __future__ import annotations
