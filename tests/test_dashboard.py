@@ -6,36 +6,18 @@ from __future__ import annotations
 import json
 import runpy
 import time
-from pathlib import Path
 
 import pytest
-from google.protobuf.message import DecodeError
 
 from entailment_lab.paper_tables import TABLE2
 from entailment_lab.pipeline import train
 from entailment_lab.report.dashboard import MNLI_COLUMNS, RUNS_KEY, RUNS_VALUES
 from entailment_lab.report.rows import ROW_CONFIG_KEYS
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
-from tests.test_stops import wandb_records
+from tests.test_stops import finished_records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAIN = runpy.run_path(str(REPO / "src/report.py"))["main"]
-
-
-def _records(run_file: Path, timeout: float = 30.0) -> list:
-    """The offline run's records once its ``exit`` record is written (the file may still be
-    being flushed when ``wandb.finish`` returns)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            records = wandb_records(run_file)
-            if any(r.WhichOneof("record_type") == "exit" for r in records):
-                return records
-        except DecodeError:  # a record cut at the end of what is written so far
-            if time.monotonic() > deadline:
-                raise
-        assert time.monotonic() < deadline, f"{run_file}: no exit record"
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +31,7 @@ def logged(pair_files, tmp_path_factory) -> dict:
     [run_file] = tmp.glob("wandb/offline-run-*/run-*.wandb")
     keys: dict[str, dict[str, object]] = {"history": {}, "summary": {}}
     config: dict[str, object] = {}
-    for record in _records(run_file):
+    for record in finished_records(run_file):
         kind = record.WhichOneof("record_type")
         if kind in keys:
             items = record.history.item if kind == "history" else record.summary.update

@@ -18,8 +18,8 @@ from entailment_lab.loggers import finish_wandb
 from entailment_lab.pipeline import build_datamodule, evaluate, train
 from entailment_lab.report.dashboard import MNLI_COLUMNS
 from tests.conftest import FAST, compose_cfg
-from tests.test_dashboard import _records
 from tests.test_metrics import TINY
+from tests.test_stops import finished_records
 from tests.test_train import run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -180,7 +180,7 @@ def test_a_tiny_run_records_both_dev_sets_and_genres(mnli_run):
 
 def test_the_dashboards_multinli_columns_are_logged(mnli_run):
     [run_file] = mnli_run.glob("wandb/offline-run-*/run-*.wandb")
-    summary = {item.key for record in _records(run_file)
+    summary = {item.key for record in finished_records(run_file)
                if record.WhichOneof("record_type") == "summary"
                for item in record.summary.update}
     missing = sorted(set(MNLI_COLUMNS) - summary)
@@ -191,7 +191,7 @@ def test_accuracy_per_genre_is_in_the_wandb_summary(mnli_run):
     """Each dev set's accuracy per genre (and per overlap bucket, per class) as summary keys
     of the offline W&B run, equal to results.json's breakdowns."""
     [run_file] = mnli_run.glob("wandb/offline-run-*/run-*.wandb")
-    summary = {item.key: json.loads(item.value_json) for record in _records(run_file)
+    summary = {item.key: json.loads(item.value_json) for record in finished_records(run_file)
                if record.WhichOneof("record_type") == "summary"
                for item in record.summary.update}
     breakdowns = json.loads((mnli_run / "results.json").read_text())["breakdowns"]
@@ -255,7 +255,7 @@ def test_eval_puts_each_sets_genres_in_the_wandb_summary(mnli_run, tmp_path):
     finally:
         finish_wandb()
     [run_file] = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    summary = {item.key: json.loads(item.value_json) for record in _records(run_file)
+    summary = {item.key: json.loads(item.value_json) for record in finished_records(run_file)
                if record.WhichOneof("record_type") == "summary"
                for item in record.summary.update}
     results = json.loads((tmp_path / "results.json").read_text())

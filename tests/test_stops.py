@@ -19,6 +19,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from google.protobuf.message import DecodeError
 
 from entailment_lab import loggers, pipeline
 from entailment_lab.errors import UserError
@@ -202,6 +203,22 @@ def wandb_records(path: Path) -> list:
     return records
 
 
+def finished_records(run_file: Path, timeout: float = 30.0) -> list:
+    """The offline run's records once its ``exit`` record is written (the file may still be
+    being flushed when ``wandb.finish`` returns)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            records = wandb_records(run_file)
+            if any(r.WhichOneof("record_type") == "exit" for r in records):
+                return records
+        except DecodeError:  # a record cut at the end of what is written so far
+            if time.monotonic() > deadline:
+                raise
+        assert time.monotonic() < deadline, f"{run_file}: no exit record"
+        time.sleep(0.2)
+
+
 def test_wandb_group_is_in_the_run_settings_and_config(pair_files, tmp_path, monkeypatch):
     monkeypatch.setattr(loggers, "_sweep_group", lambda: "2026-11-23_10-00-00-abc123")
     cfg = compose_cfg([*LSTM, *FAST, *file_overrides(pair_files), "logger=wandb",
@@ -209,7 +226,7 @@ def test_wandb_group_is_in_the_run_settings_and_config(pair_files, tmp_path, mon
     pipeline.train(cfg)
     assert read(tmp_path)["wandb_group"] == "2026-11-23_10-00-00-abc123"
     [run_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    records = wandb_records(run_file)
+    records = finished_records(run_file)
     [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.run_group == "2026-11-23_10-00-00-abc123"
     logger_cfg = [json.loads(item.value_json) for r in records
