@@ -17,6 +17,7 @@ from entailment_lab.errors import ConfigError
 from entailment_lab.pipeline import build_callbacks, evaluate, load_trained, train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
 from tests.entry_points import run_entry_point
+from tests.test_stops import finished_records
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 
@@ -182,6 +183,7 @@ def test_multirun_two_jobs_two_wandb_runs_one_group(pair_files, tmp_path):
         assert results["status"] == "completed"
         runs = list((job / "wandb").glob("offline-run-*/run-*.wandb"))
         assert len(runs) == 1, f"{job}: expected one W&B run, found {runs}"
+        finished_records(runs[0])  # W&B may still be flushing the file
         assert results["wandb_group"].encode() in runs[0].read_bytes()  # the group is recorded
         groups.add(results["wandb_group"])
         run_ids.add(results["wandb_run_id"])
@@ -220,4 +222,5 @@ def test_resume_keeps_the_wandb_run(pair_files, tmp_path):
     assert json.loads((second / "results.json").read_text())["wandb_run_id"] == run_id
     # The run's W&B summary says what ended training (report --wandb judges caps by it).
     (run,) = (first / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
+    finished_records(run)  # W&B may still be flushing the file
     assert b"stopped_by" in run.read_bytes()
