@@ -135,6 +135,14 @@ def test_a_hypothesis_only_checkpoint_predicts_as_eval_evaluates(only_ckpt, pair
                         f"output={swapped}"))
     assert [p["probabilities"] for p in read_jsonl(swapped)] == [p["probabilities"]
                                                                   for p in preds]
+    # the premise may be left out: of a file's rows, or of one pair on the command line
+    bare, bare_out = tmp_path / "bare.jsonl", tmp_path / "bare_preds.jsonl"
+    write_jsonl(bare, [{k: v for k, v in row.items() if k != "premise"} for row in rows])
+    predict(predict_cfg(only_ckpt, tmp_path, f"input={bare}", f"output={bare_out}"))
+    assert [p["probabilities"] for p in read_jsonl(bare_out)] == [p["probabilities"]
+                                                                   for p in preds]
+    one = predict(predict_cfg(only_ckpt, tmp_path, f"hypothesis={rows[0]['hypothesis']}"))
+    assert one["probabilities"] == pytest.approx(preds[0]["probabilities"], abs=1e-6)
     with pytest.raises(ConfigError, match=r"^data\.hypothesis_only=False: a checkpoint reads "
                                           r"its data as its training did"):
         evaluate(compose_cfg([f"ckpt_path={only_ckpt}", "+data.hypothesis_only=false"],

@@ -121,14 +121,20 @@ class Predictor:
         self.transform = InputTransform.of_checkpoint(module.metadata)
         self.transform.announce()
         self.keys = list(self.transform.keys)
+        # the inputs a user gives: a hypothesis-only run's premise is emptied before the
+        # network sees it, so a file or a command line may leave it out
+        self.reads = [k for k in self.keys
+                      if not (self.transform.hypothesis_only and k == "premise")]
         self.label_names = list(module.label_names)
         self.counts: Counter[str] = Counter()  # truncated / empty sentences, per key
 
     @torch.no_grad()
     def probabilities(self, texts: Sequence[Mapping[str, str]]) -> list[list[float]]:
-        """Class probabilities of each ``{key: text}`` (keys: ``self.keys``)."""
+        """Class probabilities of each ``{key: text}`` (keys: ``self.reads``; the others are
+        read as empty)."""
         transform = self.transform
-        indexed = transform.ids(transform.tokens({k: [t[k] for t in texts] for k in self.keys}))
+        indexed = transform.ids(transform.tokens({k: [t.get(k, "") for t in texts]
+                                                  for k in self.keys}))
         for key in self.keys:
             lengths = indexed[f"{key}_length"]
             self.counts[f"{key}_truncated"] += sum(n > transform.max_length for n in lengths)
@@ -179,7 +185,7 @@ def predict_file(predictor: Predictor, input_path: str | os.PathLike,
         writer = RowWriter(f, output_format(output), predictor.label_names)
         for chunk in _batches(read_rows(source), batch_size):
             texts = [{key: _text(row, key, columns[key], f"{source} line {lineno}")
-                      for key in predictor.keys} for lineno, row in chunk]
+                      for key in predictor.reads} for lineno, row in chunk]
             for (lineno, row), probs in zip(chunk, predictor.probabilities(texts), strict=True):
                 counts[writer.write(row, probs, f"{source} line {lineno}")] += 1
     predictor.report()
@@ -251,10 +257,12 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
 
 def _predict_one(predictor: Predictor, given: dict[str, str], output: Path | None
                  ) -> dict[str, Any]:
-    if sorted(given) != sorted(predictor.keys):
-        reads = " and ".join(predictor.keys)
+    if not set(predictor.reads) <= set(given) <= set(predictor.keys):
+        reads = " and ".join(predictor.reads)
+        only = " (a hypothesis-only run: the premise is not read)" \
+            if predictor.reads != predictor.keys else ""
         raise ConfigError(f"this checkpoint's {type(predictor.module.net).__name__} reads "
-                          f"{reads}: give " + " ".join(f"{k}=..." for k in predictor.keys))
+                          f"{reads}{only}: give " + " ".join(f"{k}=..." for k in predictor.reads))
     probs = predictor.probabilities([given])[0]
     if output:
         with atomic_output(output) as f:
