@@ -93,7 +93,8 @@ def one_thread():
 
 # Module fixtures that train a run: under pytest-xdist (``make test``: ``-n auto --dist
 # loadgroup``) the tests that use one stay on one worker, so each run is trained once.
-SHARED_RUNS = {"trained_run", "run", "ckpt", "predictor", "sentence_ckpt", "logged"}
+SHARED_RUNS = {"trained_run", "run", "ckpt", "predictor", "sentence_ckpt", "logged", "finished_run",
+               "mnli_run"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
