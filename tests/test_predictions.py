@@ -116,4 +116,9 @@ def test_the_command_says_one_line_for_a_run_without_results(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, cwd=REPO,
                           check=False)
     assert done.returncode == 1
-    assert done.stderr.strip().count("\n") == 0 and "completed runs only" in done.stderr
+    assert done.stderr.strip().count("\n") == 0
+    assert done.stderr.startswith(f"error: no results.json in {tmp_path}; give a run folder")
+    (tmp_path / "results.json").write_text(json.dumps({"status": "running"}))
+    with pytest.raises(UserError, match="status 'running'; predictions are added to completed "
+                                        "runs only"):
+        predictions.add_to_run(tmp_path)

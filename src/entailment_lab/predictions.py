@@ -147,6 +147,9 @@ def add_to_run(run: str | Path, checkpoint: str | None = None,
     path = run / RESULTS_FILE if run.is_dir() else run
     run = path.parent
     record = read_results(path)
+    if record.get("status") in ("missing", "unreadable"):
+        raise UserError(f"{record['error']}; give a run folder (the one holding its "
+                        f"{RESULTS_FILE}) or its {RESULTS_FILE}")
     if record.get("status") != "completed":
         raise UserError(f"{path}: status {record.get('status')!r}; predictions are added to "
                         "completed runs only")
