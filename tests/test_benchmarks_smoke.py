@@ -165,3 +165,13 @@ def test_small_products_says_why_it_cannot_measure(main, tmp_path, monkeypatch) 
     status, out, err = main("small_products.py", "--dims", "20")
     assert status == 3 and "Traceback" not in err
     assert "no C compiler on PATH" in out and "not measured" in out
+
+
+def test_lightning_floor_prints_both_networks(main) -> None:
+    status, out, err = main("lightning_floor.py", "--steps", "20", "--rounds", "1")
+    assert status == 0, err
+    rows = [line for line in out.splitlines() if "tensors," in line]
+    assert [row.split(",")[0] for row in rows] == ["2 tensors", "32 tensors"]
+    for row in rows:
+        figures = [float(x) for x in re.findall(NUMBER, row.split(",", 1)[1])]
+        assert len(figures) == 5 and all(f > 0 for f in figures[:3])

@@ -4,9 +4,13 @@ under their own names, and read by the report with no list of names of its own."
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
+import torch
 
+from entailment_lab.models.lexical import LexicalClassifier
+from entailment_lab.module import ClassifierModule
 from entailment_lab.pipeline import train
 from entailment_lab.report import make_report
 from tests.conftest import FAST, compose_cfg, file_overrides
@@ -45,3 +49,16 @@ def test_the_report_shows_other_test_metrics(pair_files, tmp_path):
     report = make_report([tmp_path / "runs"], out=tmp_path / "report", plot=False)
     assert "Other test metrics" in report.markdown and "| f1_macro |" in report.markdown
     assert "f1_macro=" in (tmp_path / "report" / "report.csv").read_text()
+
+
+def test_a_nan_loss_shows_in_the_epoch_mean():
+    # torchmetrics' MeanMetric drops NaN values by default (with a warning), which would make
+    # a diverged run's epoch loss look sound; the module's loss means keep them.
+    embedding = torch.nn.Embedding(10, 4)
+    module = ClassifierModule(net=LexicalClassifier(embedding, num_classes=3),
+                              embedding=embedding, optimizer=partial(torch.optim.SGD, lr=0.1))
+    for mean in (module.train_loss, module.val_loss, module.test_loss):
+        mean.update(torch.tensor(1.0), weight=4)
+        assert mean.compute() == 1.0
+        mean.update(torch.tensor(float("nan")), weight=4)
+        assert torch.isnan(mean.compute())

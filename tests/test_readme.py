@@ -38,6 +38,7 @@ PLACEHOLDERS = ("DATE", "TIME-ID")
 PATH_KEYS = re.compile(r"^(ckpt_path|data_root|data\.files\.\w+|paths\.\w+)$")
 # A benchmark's tiny budget: appended to its README arguments (argparse keeps the last value).
 TINY = {
+    "benchmarks/lightning_floor.py": ["--steps", "20", "--rounds", "1"],
     "benchmarks/bench_tokenize.py": ["--pairs", "2000", "--num-proc", "1"],
     "benchmarks/full_corpus.py": ["--tiny"],
     "benchmarks/bench_din.py": ["--dims", "16", "--variants", "din1", "--steps", "1",

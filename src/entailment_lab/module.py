@@ -86,8 +86,11 @@ class ClassifierModule(L.LightningModule):
         self.train_metrics, self.val_metrics, self.test_metrics = (collection(), collection(),
                                                                    collection())
         # Each loss is the mean over pairs: every update weighs its batch mean by the batch's
-        # size, so an epoch's figure does not depend on how the pairs were batched.
-        self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
+        # size, so an epoch's figure does not depend on how the pairs were batched. No NaN
+        # filter (torchmetrics' default drops NaN values with a warning): a diverged step makes
+        # the epoch's mean NaN, where a reader sees it, and the update skips a check a step.
+        self.train_loss, self.val_loss, self.test_loss = (
+            MeanMetric(nan_strategy="disable") for _ in range(3))
         self.val_acc_best = MaxMetric()
         self.val_acc_best.persistent(True)  # survives resuming from last.ckpt
         self.test_confusion = MulticlassConfusionMatrix(num_classes=num_classes)
