@@ -58,7 +58,8 @@ def test_a_nan_loss_shows_in_the_epoch_mean():
     module = ClassifierModule(net=LexicalClassifier(embedding, num_classes=3),
                               embedding=embedding, optimizer=partial(torch.optim.SGD, lr=0.1))
     for mean in (module.train_loss, module.val_loss, module.test_loss):
-        mean.update(torch.tensor(1.0), weight=4)
-        assert mean.compute() == 1.0
+        mean.update(torch.tensor(1.0), weight=7)
+        mean.update(torch.tensor(2.0), weight=2)
+        assert mean.compute() == pytest.approx(11 / 9)  # weighted by the batches' sizes
         mean.update(torch.tensor(float("nan")), weight=4)
         assert torch.isnan(mean.compute())

@@ -86,11 +86,13 @@ class ClassifierModule(L.LightningModule):
         self.train_metrics, self.val_metrics, self.test_metrics = (collection(), collection(),
                                                                    collection())
         # Each loss is the mean over pairs: every update weighs its batch mean by the batch's
-        # size, so an epoch's figure does not depend on how the pairs were batched. No NaN
-        # filter (torchmetrics' default drops NaN values with a warning): a diverged step makes
-        # the epoch's mean NaN, where a reader sees it, and the update skips a check a step.
+        # size, so an epoch's figure does not depend on how the pairs were batched. A NaN loss
+        # is kept, not dropped (torchmetrics' default drops it with a warning, so a diverged
+        # run's epoch loss would look sound): "replace NaN by NaN" makes the epoch's mean NaN,
+        # where a reader sees it. Not "disable": that strategy also drops the weights
+        # (torchmetrics 1.9), which would make the mean a mean over batches.
         self.train_loss, self.val_loss, self.test_loss = (
-            MeanMetric(nan_strategy="disable") for _ in range(3))
+            MeanMetric(nan_strategy=float("nan")) for _ in range(3))
         self.val_acc_best = MaxMetric()
         self.val_acc_best.persistent(True)  # survives resuming from last.ckpt
         self.test_confusion = MulticlassConfusionMatrix(num_classes=num_classes)
