@@ -101,6 +101,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SHARED_RUNS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    # The slow tests first (a stable sort): pytest-xdist hands tests out in this order, so the
+    # longest start early and none is left running alone at the end while the other workers
+    # idle (about 10 s of make test's wall clock on 2 cores).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def random_sentences(lengths: Iterable[int | torch.Tensor], vocab_size: int) -> list[torch.Tensor]:

@@ -82,6 +82,7 @@ def test_profile_step_prints_the_split(main) -> None:
     assert re.search(r"Trainer epoch / bare loop = \d+\.\d+x \(CPU time \d+\.\d+x\)", out), out
 
 
+@pytest.mark.slow
 def test_cost_growth_prints_one_row_per_model_and_point(tmp_path: Path) -> None:
     """DIN-1 and DIIN (DecAtt runs the same code in tests/test_readme.py's tiny budget)."""
     out = run("cost_growth.py", "--quick", "--models", "din1", "diin", "--out",

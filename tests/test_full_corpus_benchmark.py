@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_tiny_rehearsal_prints_both_starts(tmp_path: Path) -> None:
     lengths = tmp_path / "dev.jsonl"  # a --lengths-from file in Stanford's layout
     lengths.write_text("".join(json.dumps({"sentence1": "w " * n + ".", "sentence2": "b .",

@@ -62,6 +62,7 @@ def test_export_writes_the_protocols_training_split_as_tokens(data_root: Path,
     assert all(r["premise"] == r["premise"].lower() and r["premise"].split() for r in lines)
 
 
+@pytest.mark.slow
 def test_ours_times_one_epoch_and_writes_a_record(data_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "ours.json"
     done = run("ours", "lstm", "--data-root", str(data_root), "--out", str(out),

@@ -28,6 +28,7 @@ from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.precheck import checked_command, group_options, hydra_context
 from entailment_lab.schema import ACCELERATORS, STRATEGIES
 from tests.conftest import REPO, compose_cfg, file_overrides
+from tests.entry_points import run_entry_point
 
 CONF = REPO / "conf"
 
@@ -453,8 +454,9 @@ def test_a_killed_run_says_how_to_resume_and_resumes_from_ckpt_path_alone(killed
         assert done.stderr.startswith(f"error: {override}: contradicts the checkpoint: {said}")
     assert (killed_run / "results.json").read_bytes() == before
 
-    # The printed command alone continues the run in its folder, with its own config.
-    done = cli(results["resume"].split()[2:], tmp_path)
+    # The printed command alone continues the run in its folder, with its own config (in this
+    # process: the kill needed one of its own, the resume does not).
+    done = run_entry_point("src/train.py", results["resume"].split()[2:], cwd=tmp_path, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = json.loads((killed_run / "results.json").read_text())
     assert resumed["status"] == "completed" and "resume" not in resumed
@@ -487,8 +489,9 @@ def test_a_failed_start_never_overwrites_the_run_it_resumes(pair_files, tmp_path
 @pytest.fixture(scope="module")
 def finished_run(pair_files, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("finished") / "run"
-    done = cli([*TINY_RUN, *file_overrides(pair_files), "trainer.max_epochs=1",
-                f"hydra.run.dir={run_dir}"], run_dir.parent)
+    done = run_entry_point("src/train.py", [*TINY_RUN, *file_overrides(pair_files),
+                                            "trainer.max_epochs=1", f"hydra.run.dir={run_dir}"],
+                           cwd=run_dir.parent, env=ENV)
     assert done.returncode == 0, done.stderr[-2000:]
     return run_dir
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ from entailment_lab.data.demo import write_jsonl
 from entailment_lab.errors import UserError
 from entailment_lab.pipeline import evaluate, train
 from tests.conftest import FAST, REPO, compose_cfg, file_overrides
+from tests.entry_points import run_entry_point
 
 LSTM = ["model=lstm", "dim=16", "model.net.mlp_size=32"]
 
@@ -112,9 +111,7 @@ def test_adding_refuses_predictions_that_do_not_give_the_recorded_test(run, tmp_
 
 
 def test_the_command_says_one_line_for_a_run_without_results(tmp_path):
-    done = subprocess.run([sys.executable, str(REPO / "src" / "add_predictions.py"),
-                           str(tmp_path)], capture_output=True, text=True, cwd=REPO,
-                          check=False)
+    done = run_entry_point("src/add_predictions.py", [str(tmp_path)], cwd=REPO)
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0
     assert done.stderr.startswith(f"error: no results.json in {tmp_path}; give a run folder")

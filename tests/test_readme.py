@@ -38,7 +38,7 @@ PLACEHOLDERS = ("DATE", "TIME-ID")
 PATH_KEYS = re.compile(r"^(ckpt_path|data_root|data\.files\.\w+|paths\.\w+)$")
 # A benchmark's tiny budget: appended to its README arguments (argparse keeps the last value).
 TINY = {
-    "benchmarks/lightning_floor.py": ["--steps", "20", "--rounds", "1"],
+    "benchmarks/lightning_floor.py": [],  # RUN_ELSEWHERE: its README arguments parsed only
     "benchmarks/bench_tokenize.py": ["--pairs", "2000", "--num-proc", "1"],
     "benchmarks/full_corpus.py": ["--tiny"],
     "benchmarks/bench_din.py": ["--dims", "16", "--variants", "din1", "--steps", "1",
@@ -56,7 +56,8 @@ TINY = {
 }
 # Benchmarks that a test of their own runs end to end at a tiny budget, with more checks than a
 # README command gets: here their README arguments are only parsed (by the script's own parser)
-RUN_ELSEWHERE = {"benchmarks/full_corpus.py": "tests/test_full_corpus_benchmark.py"}
+RUN_ELSEWHERE = {"benchmarks/full_corpus.py": "tests/test_full_corpus_benchmark.py",
+                 "benchmarks/lightning_floor.py": "tests/test_benchmarks_smoke.py"}
 NOT_MEASURABLE = 3  # a benchmark's status when this machine lacks what it measures (a C compiler)
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
        "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

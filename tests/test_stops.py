@@ -264,6 +264,7 @@ def test_resuming_a_finished_run_keeps_its_history(pair_files, tmp_path):
     assert [row["epoch"] for row in read(tmp_path / "first")["history"]] == [0, 1]
 
 
+@pytest.mark.slow
 def test_a_moved_run_folder_resumes_with_its_best_checkpoint(pair_files, tmp_path):
     # A run folder copied elsewhere (another disk, results synced home from a cluster) and
     # resumed there in place: its best checkpoint and best score follow it, so it tests what

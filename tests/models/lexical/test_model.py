@@ -305,7 +305,7 @@ def test_convex_recipe_reaches_sklearns_optimum(tmp_path):
 
     files = {split: str(write_jsonl(noisy_pairs(n, seed), tmp_path / "data" / f"{split}.jsonl"))
              for split, n, seed in (("train", 400, 1), ("validation", 100, 2), ("test", 400, 3))}
-    l2, buckets = 1e-2, 4096
+    l2, buckets = 1e-2, 1024
     fast = [o for o in FAST if not o.startswith("data.batch_size")]
     cfg = compose_cfg(["model=lexical", f"model.net.num_buckets={buckets}", f"model.net.l2={l2}",
                        *fast, *(f"data.files.{s}={p}" for s, p in files.items())],
