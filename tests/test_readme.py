@@ -9,6 +9,9 @@ their arguments parsed, ``RUN_ELSEWHERE``); any other ``src/*.py`` answers
 (``data/demo/*``: the demo corpus); ``DATE/TIME-ID`` paths are placeholders for a run's folder,
 and ``../`` paths are external data that the README says where to get. A command of another
 kind fails until it gets a check here.
+
+The commands of the pages the README links to (model notes, DCNN tables, speed pages:
+``DOC_PAGES``) are checked without running: configs compose, scripts parse their arguments.
 """
 
 from __future__ import annotations
@@ -268,3 +271,58 @@ def test_demo_run_console_shows_no_noise(tmp_path):
     rich_wrap = re.compile(r"\s{30,}[\w/.:-][\w/.:\s-]*")  # "      1.137 val/loss:  "
     wrapped = [line for line in console.splitlines() if rich_wrap.fullmatch(line)]
     assert not wrapped, wrapped[:3]  # the rich bar's metrics, one value per line
+
+
+# The pages a reader reaches from the README's links (model notes, the DCNN tables, the speed
+# pages) show commands too, several with external data or a peer's checkout. Each is checked
+# without running it: configs compose and resolve, scripts accept their arguments, test paths
+# and make targets exist. Commands that set up another project's environment are named here.
+DOC_PAGES = [REPO / "docs" / "DCNN_RESULTS.md", REPO / "docs" / "benchmarks.md",
+             REPO / "docs" / "peer_speed.md", *sorted((REPO / "docs" / "models").glob("*.md"))]
+EXTERNAL = ("python3.7", "DECATT_PYTHON")  # a TensorFlow 1.15 venv; the DecAtt port's Python
+ENV_PREFIX = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+
+
+def _doc_commands() -> list[tuple[str, list[str]]]:
+    commands = []
+    for page in DOC_PAGES:
+        for words in readme_commands(page.read_text(encoding="utf-8")):
+            while words and ENV_PREFIX.match(words[0]):  # OMP_NUM_THREADS=1 python ...
+                words = words[1:]
+            if words[:1] == ["nice"]:  # nice -n 5 python ...
+                words = words[3:]
+            if words and words[0] not in SHELL_SETUP:
+                commands.append((page.name, words))
+    return commands
+
+
+DOC_COMMANDS = _doc_commands()
+
+
+@pytest.mark.parametrize(("page", "words"), DOC_COMMANDS,
+                         ids=[f"{p}: {_id(w)}"[:90] for p, w in DOC_COMMANDS])
+def test_doc_page_command(page, words, tmp_path, monkeypatch):
+    program, args = words[0], words[1:]
+    if program in EXTERNAL:
+        return
+    if program == "make":
+        targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), flags=re.M))
+        assert {a for a in args if "=" not in a} <= targets, f"{page}: make {' '.join(args)}"
+        return
+    assert program == "python" and args, f"{page}: no check for this command: {' '.join(words)}"
+    if args[:2] == ["-m", "pytest"]:
+        paths = [a.split("::")[0] for a in args[2:] if not a.startswith("-")]
+        assert paths and all((REPO / p).exists() for p in paths), f"{page}: {' '.join(words)}"
+        return
+    script, rest = args[0], args[1:]
+    assert (REPO / script).is_file(), f"{page}: {script} does not exist"
+    config = REPO / "conf" / f"{Path(script).stem}.yaml"
+    if script.startswith("src/") and config.is_file():
+        _hydra_command(config.stem, rest, tmp_path)
+        return
+    # a script: its arguments parsed (argparse exits with status 2 on a wrong one), not run
+    monkeypatch.setattr(sys, "argv", [script, *rest])
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", _parse_then_stop)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(_ArgumentsParsedError):
+        runpy.run_path(str(REPO / script), run_name="__main__")
