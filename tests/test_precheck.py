@@ -103,6 +103,14 @@ MISTAKES = [
     ("model=din1,din2", "Ambiguous value for argument 'model=din1,din2'"),
     ("seed=1,2", "Ambiguous value for argument 'seed=1,2'"),
     # --- a value ---
+    # what Hydra's override grammar cannot read: the character, and how to write it instead
+    ("data_root=~/data", "data_root=~/data: Hydra's override grammar cannot read '~' (this "
+                         "shell did not expand it); write the folder out, e.g. "
+                         "data_root=$HOME/data"),  # zsh (macOS) does not expand ~ after =
+    ("hydra.run.dir=runs(1)", "Hydra reads runs(...) as a function call; quote the value: "
+                              """hydra.run.dir='"runs(1)"'"""),
+    ("hydra.run.dir=runs#3", "hydra.run.dir=runs#3: Hydra's override grammar cannot read '#' "
+                             """(column 19); quote the value: hydra.run.dir='"runs#3"'"""),
     ("trainer.max_epochs=abc", "trainer.max_epochs='abc': must be an integer >= -1 or null"),
     ("seed=-1", "seed=-1: must be an integer >= 0"),
     ("optimizer.lr=fast", "optimizer.lr='fast': must be a number >= 0.0"),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -133,10 +134,41 @@ def _parse(overrides: list[str]) -> list[Any]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
+    parser = OverridesParser.create()
     try:
-        return OverridesParser.create().parse_overrides(overrides)
+        return parser.parse_overrides(overrides)
     except OverrideParseException as err:
+        for override in overrides:  # which one, and what in it
+            try:
+                parser.parse_overrides([override])
+            except OverrideParseException as own:
+                raise ConfigError(_unreadable(override, str(own))) from None
         raise ConfigError(_one_line(err)) from None
+
+
+GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic"
+
+
+def _unreadable(override: str, message: str) -> str:
+    """One line for an override Hydra's grammar cannot read: the character or the function
+    call it stopped at, and how to write the value instead."""
+    key, _, value = override.partition("=")
+    quoted = f"""{key}='"{value}"'"""
+    lines = message.splitlines()
+    if lines[0].startswith("LexerNoViableAltException: ") and len(lines) > 1:
+        column = lines[1].index("^") - len("LexerNoViableAltException: ")
+        char = override[column] if 0 <= column < len(override) else ""
+        if char == "~":  # zsh (macOS) and sh leave ~ after = unexpanded; bash expands it
+            return (f"{override}: Hydra's override grammar cannot read '~' (this shell did not "
+                    f"expand it); write the folder out, e.g. {key}=$HOME{value[1:]}")
+        if char:
+            return (f"{override}: Hydra's override grammar cannot read {char!r} (column "
+                    f"{column + 1}); quote the value: {quoted} ({GRAMMAR})")
+    function = re.search(r"Unknown function '(\w+)'", message)
+    if function:
+        return (f"{override}: Hydra reads {function.group(1)}(...) as a function call; quote "
+                f"the value: {quoted} ({GRAMMAR})")
+    return f"{override}: {_one_line(message)}"
 
 
 def _one_line(err: BaseException | str) -> str:
