@@ -1,25 +1,15 @@
 """Heat maps for one pair: ``python src/explain.py ckpt_path=... premise=... hypothesis=...``."""
 
 import logging
-from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from entailment_lab.cli import checked_main, run_task
 from entailment_lab.config import check_config, register_resolvers
 
-register_resolvers()
+register_resolvers()  # ${explain_dir:...} in conf/explain.yaml among them
 log = logging.getLogger("explain")
-
-
-def _explain_dir(*args: Any) -> str:
-    from entailment_lab.explain import explain_dir  # here: the command line is checked first
-
-    return explain_dir(*args)
-
-
-OmegaConf.register_new_resolver("explain_dir", _explain_dir, replace=True)  # conf/explain.yaml
 
 
 def explain(cfg: DictConfig) -> dict:

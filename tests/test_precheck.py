@@ -295,6 +295,11 @@ def run(args: list[str], cwd: Path, script: str = "src/train.py") -> subprocess.
     ("src/eval.py", ["ckpt_path=missing.ckpt"], "error: ckpt_path=missing.ckpt: no such file"),
     ("src/predict.py", ["ckpt_path=x.ckpt", "bach_size=4"], "error: bach_size: no such key (did "
                                                             "you mean batch_size?)"),
+    # explain.py's folder is resolved from the command line (${explain_dir:...}) first
+    ("src/explain.py", ["ckpt_path=x.ckpt"], "error: required config value(s) not set: "
+                                             "hypothesis, premise"),
+    ("src/explain.py", ["ckpt_path=x.ckpt", "premise=a", "hypothesis=b"],
+     "error: ckpt_path=x.ckpt: no such file"),
 ])
 def test_the_command_line_answers_in_one_line_without_torch(script, args, said, tmp_path):
     done = run(args, tmp_path, script)

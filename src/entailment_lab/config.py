@@ -7,6 +7,8 @@ nothing here locates it on disk.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,9 +43,34 @@ def project_root() -> str:
     return str(folder.parent) if folder else str(Path.cwd())
 
 
+def _slug(text: str, words: int = 5) -> str:
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower())[:words]) or "x"
+
+
+def explain_dir(ckpt_path: str | None, premise: str | None, hypothesis: str | None,
+                fallback: str) -> str:
+    """Where ``explain.py`` writes (``${explain_dir:...}`` in ``conf/explain.yaml``): beside
+    the checkpoint's run, one folder per pair. Here, not in ``explain.py``: the command line is
+    resolved before anything heavy is imported.
+
+    ``RUN/checkpoints/epoch_004.ckpt`` -> ``RUN/explain/a-man-is-playing-a--a-person-plays-music
+    -HASH`` (first words of each sentence, and a hash of both so that two pairs never share a
+    folder). ``fallback`` (``outputs/explain``) when the checkpoint is not given: the run stops
+    with a one-line error then.
+    """
+    if not ckpt_path:
+        return fallback
+    ckpt = Path(ckpt_path)
+    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    pair = f"{premise or ''}\n{hypothesis or ''}"
+    digest = hashlib.sha1(pair.encode("utf-8")).hexdigest()[:6]
+    return str(run / "explain" / f"{_slug(premise or '')}--{_slug(hypothesis or '')}-{digest}")
+
+
 def register_resolvers() -> None:
-    """``${project_root:}``, ``${run_id:}`` and ``${name_suffix:NAME}`` for the configs
-    (idempotent)."""
+    """``${project_root:}``, ``${run_id:}``, ``${name_suffix:NAME}`` and
+    ``${explain_dir:...}`` for the configs (idempotent)."""
+    OmegaConf.register_new_resolver("explain_dir", explain_dir, replace=True)
     OmegaConf.register_new_resolver("project_root", project_root, replace=True)
     OmegaConf.register_new_resolver("run_id", lambda: _RUN_ID, replace=True)
     # "-din1" in a run folder's name (conf/hydra/default.yaml); nothing for a task without a

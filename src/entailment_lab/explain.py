@@ -8,11 +8,8 @@ test pairs -> W&B images at the end of testing).
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -23,33 +20,12 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from entailment_lab.config import explain_dir  # noqa: F401  (where explain.py writes; light)
 from entailment_lab.data.transform import InputTransform
 from entailment_lab.errors import UserError
 from entailment_lab.models.base import HeatMap, Network
 
 log = logging.getLogger(__name__)
-
-
-def _slug(text: str, words: int = 5) -> str:
-    return "-".join(re.findall(r"[a-z0-9]+", text.lower())[:words]) or "x"
-
-
-def explain_dir(ckpt_path: str | None, premise: str | None, hypothesis: str | None,
-                fallback: str) -> str:
-    """Where ``explain.py`` writes: beside the checkpoint's run, one folder per pair.
-
-    ``RUN/checkpoints/epoch_004.ckpt`` -> ``RUN/explain/a-man-is-playing-a--a-person-plays-music
-    -HASH`` (first words of each sentence, and a hash of both so that two pairs never share a
-    folder). ``fallback`` (``outputs/explain``) when the checkpoint is not given: the run stops
-    with a one-line error then.
-    """
-    if not ckpt_path:
-        return fallback
-    ckpt = Path(ckpt_path)
-    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    pair = f"{premise or ''}\n{hypothesis or ''}"
-    digest = hashlib.sha1(pair.encode("utf-8")).hexdigest()[:6]
-    return str(run / "explain" / f"{_slug(premise or '')}--{_slug(hypothesis or '')}-{digest}")
 
 
 def _title(label: str, probs: Sequence[float], names: Sequence[str]) -> str:
