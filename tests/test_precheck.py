@@ -66,6 +66,11 @@ MISTAKES = [
     ("-m experiment=glob(table3/*)", "matches no experiment option"),
     ("debug=null", "debug=null: Hydra drops a group's option with ~debug"),
     # --- a key ---
+    # a key that only some experiments define: which ones, and the way without them
+    ("model=lstm data_root=/data", "data_root: no such key in this config; it is a knob of "
+                                   "experiment=dcnn/sst2, dcnn/sst5, dcnn/trec, dcnn/trec_glove, "
+                                   "protocols/sick, protocols/snli_dev2test; without one, give "
+                                   "data.files.<split>=PATH for each split"),
     ("optimiser.lr=0.1", "optimiser.lr: no such key (did you mean optimizer.lr?)"),
     ("+optimiser.lr=0.1", "+optimiser.lr: no such key (did you mean optimizer.lr?)"),
     ("++optimiser.lr=0.1", "++optimiser.lr: no such key (did you mean optimizer.lr?)"),

@@ -433,7 +433,24 @@ def added_key_problem(key: str, base: DictConfig, cfg: DictConfig,
         knobs = [a for a in arguments if a not in context]
         return (f"not an argument of {shown_as}{did_you_mean(name, knobs)}; its arguments: "
                 f"{', '.join(knobs)}")
+    owners = _experiments_setting(key)
+    if owners:
+        files = " data.files.<split>=PATH for each split" if key == "data_root" else ""
+        return (f"no such key in this config; it is a knob of experiment={', '.join(owners)}"
+                f"{'; without one, give' + files if files else ''}")
     return f"no such key{did_you_mean(key, _knob_names(base))}"
+
+
+def _experiments_setting(key: str) -> list[str]:
+    """The experiments whose file defines top-level ``key`` (``data_root``: the protocols'
+    and DCNN's data folder), read only when a key is missing."""
+    found = []
+    for option in group_options("experiment"):
+        loaded = _loader().repository.load_config(f"experiment/{option}")
+        config = loaded.config if loaded is not None else None
+        if isinstance(config, DictConfig) and key in list(config.keys()):  # `in` skips ???
+            found.append(option)
+    return found
 
 
 def imported_signature(target: str) -> tuple[list[str], bool] | None:
