@@ -490,6 +490,29 @@ def test_a_killed_run_says_how_to_resume_and_resumes_from_ckpt_path_alone(killed
         assert resumed["metrics"][key] == pytest.approx(expected["metrics"][key], abs=1e-6), key
 
 
+@pytest.mark.usefixtures("no_data_read")
+def test_a_run_folder_or_another_file_as_ckpt_path_says_which_checkpoint_to_give(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("epoch_003.ckpt", "last.ckpt"):
+        (run / "checkpoints" / name).write_bytes(b"PK\x03\x04 a zip archive")
+    (run / "results.json").write_text("{}")
+    cases = [
+        ("train", str(run), f"ckpt_path={run}: a folder, not a checkpoint; give one of its "
+                            f"checkpoints, e.g. ckpt_path={run}/checkpoints/last.ckpt (to "
+                            f"resume the run)"),
+        ("eval", f"{run}/checkpoints", f"e.g. ckpt_path={run}/checkpoints/epoch_003.ckpt (the "
+                                       f"best by validation accuracy)"),
+        ("predict", str(run / "results.json"), "not a PyTorch checkpoint (a .ckpt file that "
+                                               "train.py wrote under RUN/checkpoints/)"),
+        ("train", str(tmp_path), f"ckpt_path={tmp_path}: a folder with no checkpoint"),
+    ]
+    for task, value, said in cases:
+        with pytest.raises(ConfigError) as caught:
+            checked_command(task, [f"ckpt_path={value}"], CONF)
+        assert "\n" not in str(caught.value) and said in str(caught.value), (task, caught.value)
+
+
 def test_a_failed_start_never_overwrites_the_run_it_resumes(pair_files, tmp_path):
     run_dir = tmp_path / "run"
     base = [*TINY_RUN, *file_overrides(pair_files)]

@@ -325,6 +325,11 @@ def check_files(cfg: DictConfig) -> None:
     if "ckpt_path" in cfg:
         named.append(("ckpt_path", cfg.get("ckpt_path")))
     for key, value in named:
+        if key == "ckpt_path" and value is not None:
+            problem = checkpoint_problem(str(value), resume=False)
+            if problem:
+                raise ConfigError(problem)
+            continue
         if value is None or Path(str(value)).expanduser().is_file():
             continue
         hint = ""
@@ -334,6 +339,40 @@ def check_files(cfg: DictConfig) -> None:
         elif key.startswith("data.files."):
             hint = "; data files are read from the folder the command runs in"
         raise ConfigError(f"{key}={value}: no such file{hint}")
+
+
+#: How a checkpoint file begins: torch.save's zip archive, or a pickle (older torch).
+CHECKPOINT_MAGIC = (b"PK\x03\x04", b"\x80")
+
+
+def checkpoint_problem(value: str, resume: bool) -> str | None:
+    """What is wrong with ``ckpt_path=value`` that shows without torch, as one line; None when
+    it names a file that begins as a checkpoint does. A run folder (or its ``checkpoints/``)
+    gets the checkpoint to give instead: ``last.ckpt`` to resume (``resume``), else the best
+    (``epoch_NNN.ckpt``)."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        found = sorted(p.name for p in folder.glob("*.ckpt"))
+        kept = [n for n in found if n != "last.ckpt"]  # the best (save_top_k of them)
+        if not found:
+            return f"ckpt_path={value}: a folder with no checkpoint (*.ckpt) in it"
+        if resume and "last.ckpt" in found:
+            pick, why = "last.ckpt", " (to resume the run)"
+        elif not resume and len(kept) == 1:
+            pick, why = kept[0], " (the best by validation accuracy)"
+        else:
+            pick, why = found[-1], f"; its checkpoints: {', '.join(found)}"
+        return (f"ckpt_path={value}: a folder, not a checkpoint; give one of its checkpoints, "
+                f"e.g. ckpt_path={Path(value) / folder.relative_to(path) / pick}{why}")
+    if not path.is_file():
+        return f"ckpt_path={value}: no such {'checkpoint' if resume else 'file'}"
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not head.startswith(CHECKPOINT_MAGIC):
+        return (f"ckpt_path={value}: not a PyTorch checkpoint (a .ckpt file that train.py "
+                f"wrote under RUN/checkpoints/)")
+    return None
 
 
 def check_splits(cfg: DictConfig) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
+from entailment_lab.config import checkpoint_problem
 from entailment_lab.errors import ConfigError
 from entailment_lab.results import RESULTS_FILE, read_results, run_folder
 from entailment_lab.schema import did_you_mean, shown
@@ -503,9 +504,10 @@ def resume_overrides(overrides: list[str]) -> tuple[list[str], Resumed | None]:
     if "ckpt_path" not in given:
         return overrides, None
     value = given["ckpt_path"].partition("=")[2]
+    problem = checkpoint_problem(value, resume=True)
+    if problem:
+        raise ConfigError(problem)
     checkpoint = Path(value).expanduser()
-    if not checkpoint.is_file():
-        raise ConfigError(f"ckpt_path={value}: no such checkpoint")
     run = run_folder(checkpoint)
     stored = stored_overrides(run)
     _refuse_other_groups(overrides, run)
