@@ -26,6 +26,29 @@ register_resolvers()
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _hub_cache_with_every_dataset() -> str:
+    """A hub download cache in which every hub dataset of ``conf/data`` has its folder, empty:
+    the configs' defaults pass ``config.check_hub`` (offline, a dataset no cache holds is
+    refused before the run starts) as on a machine that downloaded them once. Nothing is read
+    from it: tests give local files. ``tests/test_precheck.py`` checks the refusal itself."""
+    import atexit
+    import re
+    import shutil
+    import tempfile
+
+    cache = Path(tempfile.mkdtemp(prefix="hub-cache-"))
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    for config in (REPO / "conf" / "data").glob("*.yaml"):
+        found = re.search(r"^hub_name:\s*([\w.-]+/[\w.-]+)", config.read_text(), re.MULTILINE)
+        if found:
+            (cache / f"datasets--{found.group(1).replace('/', '--')}").mkdir()
+    return str(cache)
+
+
+if not Path(os.environ.get("HF_HUB_CACHE", "/")).name.startswith("hub-cache-"):
+    os.environ["HF_HUB_CACHE"] = _hub_cache_with_every_dataset()  # xdist workers inherit it
+
+
 @pytest.fixture(scope="session")
 def pair_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """train / validation / test JSONL files of templated pairs (60 / 30 / 30)."""

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -488,6 +489,39 @@ def test_a_killed_run_says_how_to_resume_and_resumes_from_ckpt_path_alone(killed
     expected = json.loads((whole / "results.json").read_text())
     for key in ("test/acc", "test/loss", "val/acc_best"):
         assert resumed["metrics"][key] == pytest.approx(expected["metrics"][key], abs=1e-6), key
+
+
+@pytest.mark.usefixtures("no_data_read")
+def test_hub_data_offline_and_uncached_is_refused_before_the_run(monkeypatch, tmp_path):
+    """``data=snli`` with no local file, offline, in no cache: one line from the command-line
+    check (before a run folder exists), naming the files to give instead; a cached copy, a
+    local file or a reachable hub lets the run go on."""
+    conf = CONF
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    run = f"hydra.run.dir={tmp_path / 'run'}"
+    for data, files in (("snli", "data.files.train=PATH data.files.validation=PATH "
+                                 "data.files.test=PATH"),
+                        ("mnli", "data.files.train=PATH data.files.test_matched=PATH "
+                                 "data.files.test_mismatched=PATH")):
+        with pytest.raises(ConfigError) as caught:
+            checked_command("train", [f"data={data}", "model=lstm", run], conf)
+        message = str(caught.value)
+        assert "\n" not in message and "(HF_HUB_OFFLINE is set) and no local cache holds it" \
+            in message and message.endswith(files), message
+    assert not (tmp_path / "run").exists()
+
+    # No offline flag, the hub's address refuses the connection: said so, within seconds.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"\(the hub is unreachable: .*\) and no local cache"):
+        checked_command("train", ["model=lstm", run], conf)
+    assert time.monotonic() - start < 10
+
+    # In a cache, as the hub client or datasets put it: datasets is left to load it.
+    (tmp_path / "datasets" / "stanfordnlp___snli").mkdir(parents=True)
+    checked_command("train", ["model=lstm", run], conf)
 
 
 @pytest.mark.usefixtures("no_data_read")

@@ -8,6 +8,7 @@ nothing here locates it on disk.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import secrets
 from collections.abc import Mapping
@@ -188,6 +189,52 @@ def check_config_fast(cfg: DictConfig, overrides: list[str] | None = None) -> No
         check_splits(cfg)
         check_monitors(cfg)
     check_validation_carve(cfg)
+    if cfg.get("task_name") == "train":
+        check_hub(cfg)  # last: a network probe, where the data comes from the hub
+
+
+def hub_cached(name: str, cache_dir: str | None = None) -> bool:
+    """Whether a local cache holds hub dataset ``name``: ``datasets``' prepared copy
+    (``<cache>/<namespace>___<name>``) or the hub client's download
+    (``<hub cache>/datasets--<namespace>--<name>``), where those libraries put them; then
+    ``datasets`` may load it offline, and ``check_hub`` lets it try."""
+    home = Path(os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser()
+    prepared = Path(cache_dir or os.environ.get("HF_DATASETS_CACHE") or home / "datasets")
+    downloads = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+                     or home / "hub")
+    return (prepared.expanduser() / name.replace("/", "___")).is_dir() or \
+        (downloads.expanduser() / f"datasets--{name.replace('/', '--')}").is_dir()
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0") not in ("0", "", "false", "False")
+
+
+def check_hub(cfg: DictConfig) -> None:
+    """Data from the hub (no local file given), offline, in no local cache: one line here,
+    before a run folder exists, where ``datasets`` would fail seconds later in the run. One
+    request bounded by 3 s (``online.unreachable``) when no offline flag is set."""
+    data = cfg.get("data") or {}
+    hub = data.get("hub_name")
+    if not hub or any(v is not None for v in (data.get("files") or {}).values()):
+        return
+    if hub_cached(str(hub), data.get("cache_dir")):
+        return
+    if _flag("HF_HUB_OFFLINE") or _flag("HF_DATASETS_OFFLINE"):
+        why = "HF_HUB_OFFLINE is set"
+    else:
+        from entailment_lab.online import unreachable
+
+        reason = unreachable(os.environ.get("HF_ENDPOINT") or "https://huggingface.co", 3.0)
+        if reason is None:
+            return
+        why = f"the hub is unreachable: {reason}"
+    splits = ["train", *([] if data.get("validate_on") else ["validation"]),
+              *(data.get("test_splits") or ["test"])]
+    raise ConfigError(
+        f"data={data.get('name') or hub}: cannot load '{hub}' from the Hugging Face hub ({why}) "
+        f"and no local cache holds it; use local files in the hub's schema instead: "
+        f"{' '.join(f'data.files.{s}=PATH' for s in splits)}")
 
 
 def missing_keys(cfg: DictConfig) -> list[str]:
