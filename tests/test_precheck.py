@@ -507,7 +507,7 @@ def test_hub_data_offline_and_uncached_is_refused_before_the_run(monkeypatch, tm
         with pytest.raises(ConfigError) as caught:
             checked_command("train", [f"data={data}", "model=lstm", run], conf)
         message = str(caught.value)
-        assert "\n" not in message and "(HF_HUB_OFFLINE is set) and no local cache holds it" \
+        assert "\n" not in message and "(HF_HUB_OFFLINE set) and no local cache holds it" \
             in message and message.endswith(files), message
     assert not (tmp_path / "run").exists()
 

@@ -220,8 +220,9 @@ def check_hub(cfg: DictConfig) -> None:
         return
     if hub_cached(str(hub), data.get("cache_dir")):
         return
-    if _flag("HF_HUB_OFFLINE") or _flag("HF_DATASETS_OFFLINE"):
-        why = "HF_HUB_OFFLINE is set"
+    flags = [f for f in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if _flag(f)]
+    if flags:
+        why = f"{' and '.join(flags)} set"
     else:
         from entailment_lab.online import unreachable
 

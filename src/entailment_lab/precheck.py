@@ -159,7 +159,7 @@ def _unreadable(override: str, message: str) -> str:
     if lines[0].startswith("LexerNoViableAltException: ") and len(lines) > 1:
         column = lines[1].index("^") - len("LexerNoViableAltException: ")
         char = override[column] if 0 <= column < len(override) else ""
-        if char == "~":  # zsh (macOS) and sh leave ~ after = unexpanded; bash expands it
+        if char == "~" and value.startswith("~"):  # zsh (macOS), sh: ~ after = unexpanded
             return (f"{override}: Hydra's override grammar cannot read '~' (this shell did not "
                     f"expand it); write the folder out, e.g. {key}=$HOME{value[1:]}")
         if char:
