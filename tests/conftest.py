@@ -32,16 +32,17 @@ def _hub_cache_with_every_dataset() -> str:
     refused before the run starts) as on a machine that downloaded them once. Nothing is read
     from it: tests give local files. ``tests/test_precheck.py`` checks the refusal itself."""
     import atexit
-    import re
     import shutil
     import tempfile
+
+    from omegaconf import OmegaConf
 
     cache = Path(tempfile.mkdtemp(prefix="hub-cache-"))
     atexit.register(shutil.rmtree, cache, ignore_errors=True)
     for config in (REPO / "conf" / "data").glob("*.yaml"):
-        found = re.search(r"^hub_name:\s*([\w.-]+/[\w.-]+)", config.read_text(), re.MULTILINE)
-        if found:
-            (cache / f"datasets--{found.group(1).replace('/', '--')}").mkdir()
+        name = OmegaConf.load(config).get("hub_name")
+        if name:
+            (cache / f"datasets--{name.replace('/', '--')}").mkdir()
     return str(cache)
 
 

@@ -206,30 +206,21 @@ def hub_cached(name: str, cache_dir: str | None = None) -> bool:
         (downloads.expanduser() / f"datasets--{name.replace('/', '--')}").is_dir()
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "0") not in ("0", "", "false", "False")
-
-
 def check_hub(cfg: DictConfig) -> None:
     """Data from the hub (no local file given), offline, in no local cache: one line here,
     before a run folder exists, where ``datasets`` would fail seconds later in the run. One
-    request bounded by 3 s (``online.unreachable``) when no offline flag is set."""
+    request bounded by 3 s (``online.hub_unreachable``) when no offline flag is set."""
     data = cfg.get("data") or {}
     hub = data.get("hub_name")
     if not hub or any(v is not None for v in (data.get("files") or {}).values()):
         return
     if hub_cached(str(hub), data.get("cache_dir")):
         return
-    flags = [f for f in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if _flag(f)]
-    if flags:
-        why = f"{' and '.join(flags)} set"
-    else:
-        from entailment_lab.online import unreachable
+    from entailment_lab.online import hub_unreachable
 
-        reason = unreachable(os.environ.get("HF_ENDPOINT") or "https://huggingface.co", 3.0)
-        if reason is None:
-            return
-        why = f"the hub is unreachable: {reason}"
+    why = hub_unreachable()
+    if why is None:
+        return
     splits = ["train", *([] if data.get("validate_on") else ["validation"]),
               *(data.get("test_splits") or ["test"])]
     raise ConfigError(
@@ -370,14 +361,11 @@ def check_files(cfg: DictConfig) -> None:
     embeddings = cfg.get("embeddings") or {}
     if "path" in embeddings:
         named.append(("embeddings.path", embeddings.get("path")))
-    if "ckpt_path" in cfg:
-        named.append(("ckpt_path", cfg.get("ckpt_path")))
+    if cfg.get("ckpt_path") is not None:
+        problem = checkpoint_problem(str(cfg.ckpt_path), resume=False)
+        if problem:
+            raise ConfigError(problem)
     for key, value in named:
-        if key == "ckpt_path" and value is not None:
-            problem = checkpoint_problem(str(value), resume=False)
-            if problem:
-                raise ConfigError(problem)
-            continue
         if value is None or Path(str(value)).expanduser().is_file():
             continue
         hint = ""

@@ -6,6 +6,8 @@ line instead of a client's long retry loop.
 
 from __future__ import annotations
 
+import functools
+import os
 import urllib.error
 import urllib.request
 from urllib.parse import urlparse
@@ -29,3 +31,25 @@ def unreachable(url: str, timeout: float = 3.0) -> str | None:
         return None if err.code < 500 else f"HTTP {err.code} {err.reason}"
     except (OSError, ValueError) as err:  # URLError, refused, timed out, a malformed URL
         return str(getattr(err, "reason", None) or err)
+
+
+#: What huggingface_hub and datasets read as "on" in HF_HUB_OFFLINE / HF_DATASETS_OFFLINE.
+TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be used now, in a few words: an offline flag
+    (``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE``) or why one request to ``HF_ENDPOINT`` failed;
+    None when it answers. The answer of the request is kept for the process: the command-line
+    check, the run's checks and the DataModule's ``prepare_data`` ask seconds apart."""
+    flags = [f for f in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+             if (os.environ.get(f) or "").upper() in TRUE_VALUES]
+    if flags:
+        return f"{' and '.join(flags)} set"
+    return _probe(os.environ.get("HF_ENDPOINT") or "https://huggingface.co", timeout)
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(url: str, timeout: float) -> str | None:
+    reason = unreachable(url, timeout)
+    return None if reason is None else f"the hub is unreachable: {reason}"

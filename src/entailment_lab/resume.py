@@ -9,7 +9,6 @@ optimiser, schedule, loops and callback states itself (``trainer.fit(ckpt_path=.
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,12 +99,10 @@ class RelocatableModelCheckpoint(ModelCheckpoint):
     (and its warning) stands, and ``check_best_checkpoint`` stops the run before testing.
     """
 
-    @functools.cached_property
+    @property
     def state_key(self) -> str:
         """Lightning's own key (its class name, not ours): checkpoints written by either
-        class resume into either. Computed once: Lightning formats it for every callback at
-        every hook call (its profiler's label), a dozen times a training step, and the
-        settings it names (monitor, mode, saving intervals) are fixed at construction."""
+        class resume into either."""
         return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__,
                                          1)
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from entailment_lab.errors import DataError
-from entailment_lab.online import unreachable
+from entailment_lab.online import hub_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -287,11 +287,7 @@ def _delimited_rows(reader: Iterator[list[str]], path: Path) -> Iterator[Row]:
 
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether the Hugging Face hub answers (one request, not a 20-second retry loop)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "") or os.environ.get(
-        "HF_DATASETS_OFFLINE", "0"
-    ) not in ("0", ""):
-        return False
-    return unreachable(os.environ.get("HF_ENDPOINT", "https://huggingface.co"), timeout) is None
+    return hub_unreachable(timeout) is None
 
 
 def _load_hub_dataset(name: str, config: str | None, cache_dir: str | None, online: bool,
