@@ -95,6 +95,23 @@ MISTAKES = [
     ("callbacks.early_stopping.patiance=2", "callbacks.early_stopping.patiance: not an argument "
                                             "of lightning.pytorch.callbacks.EarlyStopping (did "
                                             "you mean patience?)"),
+    # a knob of that name elsewhere, the knob its value follows, a group's option, another
+    # option's knob, a Lightning 1.x Trainer argument
+    ("lr=0.1", "lr: no such key (did you mean optimizer.lr?)"),
+    ("max_epochs=3", "max_epochs: no such key (did you mean epochs or trainer.max_epochs?)"),
+    ("model=lstm model.hidden_size=64", "model.hidden_size: no such key (did you mean dim or "
+                                        "model.net.hidden_size?)"),
+    ("wandb=true", "wandb: no such key; wandb is an option: logger=wandb"),
+    ("experiment=demo data.files.train={train}", "data.files.train: no such key: data=demo has "
+                                                 "no data.files; data=mnli, sick, snli,"),
+    ("model=lstm model.intra_attention=true", "model.intra_attention: no such key: model=lstm "
+                                              "has no model.net.intra_attention; model=decatt"),
+    ("model=lstm model.heads=4", "model.heads: no such key (a network's knobs are "
+                                 "model.net.NAME); model.net.heads: not an argument of "
+                                 "LSTMEncoderClassifier; its arguments: hidden_size"),
+    ("trainer.gpus=1", "trainer.gpus: an argument of Lightning 1.x's Trainer that Lightning 2 "
+                       "dropped; here: trainer=gpu"),
+    ("trainer.resume_from_checkpoint=x", "here: ckpt_path=RUN/checkpoints/last.ckpt"),
     ("logger.wandb.projet=x", "logger.wandb.projet: no such key"),
     ("data_root=/x", "data_root: no such key"),
     ("+foo=1", "+foo: no such key"),

@@ -48,6 +48,19 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 #: Keys a new node may be added under with ``+``: a named test file, a split's file, a hub
 #: split's name.
 OPEN_NODES = ("extra_tests", "data.files", "data.hub_splits")
+#: Trainer arguments of Lightning 1.x that Lightning 2 removed, and what does their work here
+LIGHTNING_1_TRAINER = {
+    "gpus": "trainer=gpu (one GPU), or trainer.accelerator=gpu trainer.devices=N",
+    "tpu_cores": "trainer.accelerator=tpu trainer.devices=N",
+    "auto_select_gpus": "trainer.devices=auto",
+    "resume_from_checkpoint": "ckpt_path=RUN/checkpoints/last.ckpt (the run's own config and "
+                              "folder)",
+    "progress_bar_refresh_rate": "trainer.enable_progress_bar=false (no bar)",
+    "weights_summary": "trainer.enable_model_summary=false",
+    "amp_backend": "trainer.precision=16-mixed or bf16-mixed",
+    "stochastic_weight_avg": "the StochasticWeightAveraging callback (+callbacks.swa._target_="
+                             "lightning.pytorch.callbacks.StochasticWeightAveraging)",
+}
 #: Groups whose members may be new named objects (``+callbacks.NAME._target_=...``).
 NAMED_OBJECTS = ("callbacks", "logger", "metrics")
 #: What the weights and the optimiser's state in a checkpoint depend on: a resume that changes
@@ -417,6 +430,9 @@ def added_key_problem(key: str, base: DictConfig, cfg: DictConfig,
         target = str(node._target_)
         arguments = list(node)
         if target.endswith("Trainer"):  # conf/trainer/default.yaml lists every argument
+            if name in LIGHTNING_1_TRAINER:
+                return (f"an argument of Lightning 1.x's Trainer that Lightning 2 dropped; "
+                        f"here: {LIGHTNING_1_TRAINER[name]}")
             return f"not an argument of the Trainer{did_you_mean(name, arguments)}"
         source = read_target(target)
         if source is not None and source.complete:
@@ -439,7 +455,65 @@ def added_key_problem(key: str, base: DictConfig, cfg: DictConfig,
         files = " data.files.<split>=PATH for each split" if key == "data_root" else ""
         return (f"no such key in this config; it is a knob of experiment={', '.join(owners)}"
                 f"{'; without one, give' + files if files else ''}")
-    return f"no such key{did_you_mean(key, _knob_names(base))}"
+    return _no_such_key(key, base)
+
+
+def _no_such_key(key: str, base: DictConfig) -> str:
+    """What a key that is in no config the command composes was probably meant to be: a
+    group's option (``wandb=true``: ``logger=wandb``), a knob of that name elsewhere in the
+    config (``lr``: ``optimizer.lr``; one that follows a top-level knob, ``${dim}``, names that
+    knob too), a knob only other options of its group have (``data.files`` under ``data=demo``),
+    else the nearest name."""
+    leaf = key.rpartition(".")[2]
+    if "." not in key:
+        owners = [g for g in groups() if "/" not in g and leaf in group_options(g)]
+        if owners:
+            return f"no such key; {leaf} is an option: {' or '.join(f'{g}={leaf}' for g in owners)}"
+    names = _knob_names(base)
+    same = [n for n in names if n.rpartition(".")[2] == leaf]
+    if 0 < len(same) <= 3:
+        followed = [_followed_knob(base, n) for n in same]
+        meant = dict.fromkeys([f for f in followed if f and f != key] + same)
+        return f"no such key (did you mean {' or '.join(meant)}?)"
+    head, _, rest = key.partition(".")
+    if rest and _is_group(head):
+        current = OmegaConf.select(base, f"{head}.name", default=None)
+        this = f"{head}={current}" if isinstance(current, str) else f"this {head} config"
+        # the first missing level (data.files of data.files.train), or a network's argument
+        # written without its net. (model.heads: model.net.heads of model=diin)
+        for path in (rest.partition(".")[0], f"net.{rest}" if head == "model" else None):
+            others = _options_defining(head, path) if path else []
+            if others and current not in others:
+                return (f"no such key: {this} has no {head}.{path}; "
+                        f"{head}={', '.join(others)} {'has' if len(others) == 1 else 'have'} it")
+        if head == "model" and "." not in rest:  # model.attention: the network's arguments
+            problem = added_key_problem(f"model.net.{rest}", base, base, adding=False)
+            if problem:
+                return f"no such key (a network's knobs are model.net.NAME); model.net.{rest}: " \
+                    f"{problem}"
+    return f"no such key{did_you_mean(key, names)}"
+
+
+def _followed_knob(cfg: DictConfig, key: str) -> str | None:
+    """The top-level knob ``key``'s value follows (``${dim}``, ``${oc.select:epochs,null}``)."""
+    node = OmegaConf.select(cfg, key.rpartition(".")[0], default=None) if "." in key else cfg
+    raw = node._get_node(key.rpartition(".")[2]) if isinstance(node, DictConfig) else None
+    found = re.fullmatch(r"\$\{(?:oc\.select:)?(\w+)(?:,[^}]*)?\}", str(raw._value())) \
+        if raw is not None else None
+    return found.group(1) if found else None
+
+
+def _options_defining(group: str, path: str) -> list[str]:
+    """The options of ``group`` whose own file sets dotted ``path`` (read only when a key is
+    missing)."""
+    found = []
+    for option in group_options(group):
+        loaded = _loader().repository.load_config(f"{group}/{option}")
+        config = loaded.config if loaded is not None else None
+        if isinstance(config, DictConfig) and OmegaConf.select(
+                config, path, default=_NOTHING, throw_on_resolution_failure=False) is not _NOTHING:
+            found.append(option)
+    return found
 
 
 def _experiments_setting(key: str) -> list[str]:
