@@ -125,5 +125,6 @@ def test_a_target_outside_the_contract_is_named(tmp_path):
     with pytest.raises(ConfigError, match="torch.nn.Linear is not a subclass of"):
         train(cfg)
     cfg = compose_cfg(["model=lstm", "model.net._target_=my_models.NoSuchNet", *FAST], tmp_path)
-    with pytest.raises(ConfigError, match="cannot import 'my_models.NoSuchNet'"):
+    with pytest.raises(ConfigError,
+                       match="model.net._target_='my_models.NoSuchNet': cannot import it"):
         train(cfg)

@@ -99,8 +99,7 @@ MISTAKES = [
     # option's knob, a Lightning 1.x Trainer argument
     ("lr=0.1", "lr: no such key (did you mean optimizer.lr?)"),
     ("max_epochs=3", "max_epochs: no such key (did you mean epochs or trainer.max_epochs?)"),
-    ("model=lstm model.hidden_size=64", "model.hidden_size: no such key (did you mean dim or "
-                                        "model.net.hidden_size?)"),
+    ("model=lstm model.hidden_size=64", "model.hidden_size: no such key (did you mean dim?)"),
     ("wandb=true", "wandb: no such key; wandb is an option: logger=wandb"),
     ("experiment=demo data.files.train={train}", "data.files.train: no such key: data=demo has "
                                                  "no data.files; data=mnli, sick, snli,"),
@@ -113,6 +112,29 @@ MISTAKES = [
                        "dropped; here: trainer=gpu"),
     ("trainer.resume_from_checkpoint=x", "here: ckpt_path=RUN/checkpoints/last.ckpt"),
     ("logger.wandb.projet=x", "logger.wandb.projet: no such key"),
+    # the type an imported target's argument is annotated with (Lightning, torch take any)
+    ("callbacks.early_stopping.check_on_train_epoch_end=flase",
+     "callbacks.early_stopping.check_on_train_epoch_end='flase': must be true or false or null "
+     "(EarlyStopping takes check_on_train_epoch_end: Optional[bool])"),
+    ("trainer.sync_batchnorm=1", "trainer.sync_batchnorm=1: must be true or false (Trainer "
+                                 "takes sync_batchnorm: bool)"),
+    ("+logger.csv.flush_logs_every_n_steps=often", "logger.csv.flush_logs_every_n_steps="
+                                                   "'often': must be an integer (CSVLogger "
+                                                   "takes flush_logs_every_n_steps: int)"),
+    ("embeddings.seed=abc", "embeddings.seed='abc': must be an integer (glove_6b_50d takes "
+                            "seed: int)"),
+    # a callback or logger entry that the run would skip; a target that cannot be imported
+    ("callbacks.adagrad_reset=5", "callbacks.adagrad_reset=5: each callbacks entry is a config "
+                                  "with a _target_"),
+    ("callbacks.adagrad_reset={{every_n_epochs:5}}", "callbacks.adagrad_reset (no _target_)"),
+    ("optimizer._target_=SGD", "optimizer._target_='SGD': cannot import it (ModuleNotFoundError("
+                               "\"No module named 'SGD'\")); give the dotted path of a class or "
+                               "function, e.g. torch.optim.SGD"),
+    ("scheduler._target_=abc", "scheduler._target_='abc': a module, not a class or function"),
+    ("embeddings._target_=null", "embeddings._target_=null: cannot import it"),
+    ("model.net._target_=[1,2]", "model.net._target_=[1, 2]: cannot import it"),
+    ("data.label_field=''", "data.label_field='': must be a column name or a list of them"),
+    ("data.drop_labels=abc", "data.drop_labels='abc': must be a list of label ids or names"),
     ("data_root=/x", "data_root: no such key"),
     ("+foo=1", "+foo: no such key"),
     ("data.files.tran={train}", "data.files.tran: no such key (did you mean data.files.train?)"),

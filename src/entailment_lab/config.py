@@ -8,6 +8,7 @@ nothing here locates it on disk.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -114,11 +115,7 @@ def network_class(net_cfg: DictConfig) -> type:
     """The class named by ``model.net._target_``; it must follow the contract of ``Network``."""
     from entailment_lab.models.base import Network
 
-    try:
-        target = hydra.utils.get_class(net_cfg._target_)
-    except Exception as err:  # Hydra wraps import errors in its own types
-        raise ConfigError(f"model.net._target_: cannot import '{net_cfg._target_}' "
-                          f"({err})") from err
+    target = imported_target(net_cfg, "model.net")
     if not (isinstance(target, type) and issubclass(target, Network)):
         raise ConfigError(f"model.net._target_: {net_cfg._target_} is not a subclass of "
                           "entailment_lab.models.base.Network (docs/extending.md, 'A model')")
@@ -158,6 +155,14 @@ def check_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         check_arguments(cfg.optimizer, "optimizer")
     if (cfg.get("scheduler") or {}).get("_target_"):
         check_arguments(cfg.scheduler, "scheduler", ignore=("interval",))
+    for key in ("trainer", "optimizer", "scheduler", "embeddings"):
+        node = cfg.get(key)
+        if node is not None and (key == "embeddings" or node.get("_target_")):  # no scheduler
+            check_argument_types(node, key)
+    for group in ("callbacks", "logger"):
+        for name, node in (cfg.get(group) or {}).items():
+            if node is not None:
+                check_argument_types(node, f"{group}.{name}")
     if "trainer" in cfg:
         check_precision(cfg.trainer)
     check_extra_tests(cfg)
@@ -179,6 +184,7 @@ def check_config_fast(cfg: DictConfig, overrides: list[str] | None = None) -> No
             f"line, e.g. {missing[0]}=..."
         )
     validate(cfg)
+    check_named_objects(cfg)
     check_budget_choice(overrides)
     if "model" in cfg:
         check_model(cfg)
@@ -551,7 +557,7 @@ def check_arguments(node: DictConfig, key: str, ignore: tuple[str, ...] = ()) ->
     command line, and one that optimiser does not take would fail only once training starts."""
     import inspect
 
-    target = hydra.utils.get_class(node._target_)
+    target = imported_target(node, key)
     params = inspect.signature(target).parameters
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
         return
@@ -560,6 +566,90 @@ def check_arguments(node: DictConfig, key: str, ignore: tuple[str, ...] = ()) ->
             raise ConfigError(f"{key}.{name}: not an argument of {node._target_} (a recipe's "
                               f"value for another optimiser?); drop it with ~{key}.{name}, "
                               f"e.g. {key}=... ~{key}.{name}")
+
+
+def imported_target(node: Mapping[str, Any], key: str) -> Any:
+    """The class or function ``node._target_`` names, imported; one line where it cannot be."""
+    name = node["_target_"]
+    hydra_log = logging.getLogger("hydra.utils")  # it logs the failure in three lines
+    level = hydra_log.level
+    hydra_log.setLevel(logging.CRITICAL)
+    try:
+        found = hydra.utils.get_object(str(name))
+    except Exception as err:  # Hydra wraps import errors in its own types
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        why = lines[1] if len(lines) > 1 else lines[0] if lines else type(err).__name__
+        raise ConfigError(f"{key}._target_={shown(name)}: cannot import it ({why}); give the "
+                          f"dotted path of a class or function, e.g. {_example(key)}") from None
+    finally:
+        hydra_log.setLevel(level)
+    if not callable(found):
+        raise ConfigError(f"{key}._target_={shown(name)}: a {type(found).__name__}, not a class "
+                          f"or function; give a dotted path such as {_example(key)}")
+    return found
+
+
+def _example(key: str) -> str:
+    return {"optimizer": "torch.optim.SGD", "scheduler": "torch.optim.lr_scheduler.StepLR",
+            "embeddings": "entailment_lab.embeddings.glove_file",
+            "model.net": "entailment_lab.models.lstm.LSTMEncoderClassifier",
+            "trainer": "lightning.pytorch.Trainer"}.get(
+        key, "lightning.pytorch.callbacks.EarlyStopping" if key.startswith("callbacks.")
+        else "lightning.pytorch.loggers.CSVLogger" if key.startswith("logger.")
+        else "package.module.Class")
+
+
+def check_argument_types(node: DictConfig, key: str) -> None:
+    """Each value of ``node`` against the annotation of the argument of its imported
+    ``_target_`` it sets (the Trainer, a callback, a logger, the optimiser): Lightning and torch
+    take ``check_on_train_epoch_end=flase``, a string and so true, without a word. Arguments
+    whose annotation names a type the schema cannot check (``Accelerator``, ``timedelta``) are
+    left to the target."""
+    import inspect
+    import typing
+
+    from entailment_lab.schema import annotation_knob
+
+    target = imported_target(node, key)
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # no signature (a builtin)
+        return
+    try:
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    except Exception:  # a name only imported for type checkers (WandbLogger's Run)
+        hints = {}  # the signature's own annotations, as written
+    values = OmegaConf.to_container(node, resolve=True)
+    for name, value in values.items():
+        if str(name).startswith("_") or name not in params:
+            continue
+        hint = hints.get(name, params[name].annotation)
+        if hint is inspect.Parameter.empty:
+            continue
+        annotation = hint if isinstance(hint, str) else inspect.formatannotation(hint)
+        knob = annotation_knob(annotation)
+        if knob is not None and not knob.accepts(value):
+            raise ConfigError(f"{key}.{name}={shown(value)}: must be {knob.allowed} "
+                              f"({getattr(target, '__name__', node['_target_'])} takes "
+                              f"{name}: {annotation})")
+
+
+def check_named_objects(cfg: DictConfig) -> None:
+    """Each entry of ``callbacks`` and ``logger`` is a config with a ``_target_`` or null
+    (switched off): the run skips any other value, so ``callbacks.adagrad_reset=5`` would
+    train without the callback and without a word."""
+    for group in ("callbacks", "logger"):
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig):
+            continue
+        for name in node:
+            value = node[name]
+            if value is None or (isinstance(value, DictConfig) and "_target_" in value):
+                continue
+            shape = f"={shown(value)}" if not isinstance(value, DictConfig) else " (no _target_)"
+            raise ConfigError(f"{group}.{name}{shape}: each {group} entry is a config with a "
+                              f"_target_ (e.g. +{group}.{name}._target_=package.Class) or null "
+                              f"to switch it off ({group}.{name}=null)")
 
 
 def check_precision(trainer_cfg: Mapping[str, Any], gpu: bool | None = None) -> None:

@@ -472,9 +472,16 @@ def _no_such_key(key: str, base: DictConfig) -> str:
     names = _knob_names(base)
     same = [n for n in names if n.rpartition(".")[2] == leaf]
     if 0 < len(same) <= 3:
-        followed = [_followed_knob(base, n) for n in same]
-        meant = dict.fromkeys([f for f in followed if f and f != key] + same)
-        return f"no such key (did you mean {' or '.join(meant)}?)"
+        meant: dict[str, None] = {}
+        for name in same:
+            followed = _followed_knob(base, name)
+            if followed:
+                meant[followed] = None
+            if not (followed and name.startswith("model.net.")):  # set through dim alone
+                meant[name] = None  # (check_size_follows_dim)
+        meant.pop(key, None)
+        if meant:
+            return f"no such key (did you mean {' or '.join(meant)}?)"
     head, _, rest = key.partition(".")
     if rest and _is_group(head):
         current = OmegaConf.select(base, f"{head}.name", default=None)

@@ -111,6 +111,15 @@ def string_list() -> Knob:
                 "a list of strings", "[a,b]")
 
 
+def column_names(example: str) -> Knob:
+    """A column of the data, or a list of them (the first the data has is read)."""
+    def named(v: Any) -> bool:
+        return isinstance(v, str) and bool(v)
+    return Knob(lambda v: named(v) or (isinstance(v, list | tuple) and bool(v)
+                                       and all(named(x) for x in v)),
+                "a column name or a list of them", example)
+
+
 def betas() -> Knob:
     unit = number(0.0, 1.0, high_open=True)
     return Knob(lambda v: isinstance(v, list | tuple) and len(v) == 2
@@ -219,6 +228,13 @@ SCHEMA: dict[str, Knob] = {
     "data.hypothesis_only": boolean(),
     "data.label_names": string_list(),
     "data.files.*": text(null=True),
+    "data.fields.*": column_names("COLUMN"),
+    "data.label_field": column_names("label"),
+    "data.drop_labels": Knob(lambda v: isinstance(v, list | tuple) and all(
+        _is_int(x) or isinstance(x, str) for x in v), "a list of label ids or names", "[-1]"),
+    "data.vocab_splits": string_list(),
+    "data.hub_config": text(null=True),
+    "data.cache_dir": text(null=True),
     "data.test_splits": string_list(),
     "data.hub_splits.*": text(),
     "data.validate_on": text(null=True),
@@ -461,23 +477,16 @@ def annotation_knob(annotation: str | None) -> Knob | None:
 
 def _knob_of(node: ast.expr) -> Knob | None:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        sides = [node.left, node.right]
-        nullable = any(isinstance(s, ast.Constant) and s.value is None for s in sides)
-        knobs = [_knob_of(s) for s in sides if not (isinstance(s, ast.Constant)
-                                                     and s.value is None)]
-        if nullable and len(knobs) == 1 and knobs[0] is not None:
-            inner = knobs[0]
-            return Knob(lambda v: v is None or inner.accepts(v), f"{inner.allowed} or null",
-                        inner.example)
-        if not nullable and all(knobs):
-            return any_of(*knobs)  # type: ignore[arg-type]
-        return None
+        return _union([node.left, node.right])
     if isinstance(node, ast.Name):
         return {"int": integer(), "float": number(), "bool": boolean(),
                 "str": text()}.get(node.id)
     if isinstance(node, ast.Subscript):
         base = ast.unparse(node.value).rpartition(".")[2]
         inner = node.slice
+        if base in ("Optional", "Union"):  # typing's spelling, as inspect prints Lightning's
+            sides = list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
+            return _union(sides + ([ast.Constant(None)] if base == "Optional" else []))
         if base == "Literal":
             values = inner.elts if isinstance(inner, ast.Tuple) else [inner]
             return choice(*(ast.literal_eval(v) for v in values))
@@ -490,6 +499,24 @@ def _knob_of(node: ast.expr) -> Knob | None:
             return Knob(lambda v: isinstance(v, list | tuple) and all(item.accepts(x) for x in v),
                         f"a list of {_PLURALS.get(word, word)}", f"[{item.example}]")
     return None
+
+
+def _union(sides: list[ast.expr]) -> Knob | None:
+    """``A | B | None``: a knob where every side is checkable, else ``None``."""
+    def is_none(side: ast.expr) -> bool:
+        return (isinstance(side, ast.Constant) and side.value is None) or \
+            (isinstance(side, ast.Name) and side.id == "NoneType")
+
+    knobs = [_knob_of(s) for s in sides if not is_none(s)]
+    if not knobs or any(k is None for k in knobs):
+        return None
+    if any(k.allowed == "a number" for k in knobs):  # int | float: a number
+        knobs = [k for k in knobs if k.allowed != "an integer"]
+    knob = knobs[0] if len(knobs) == 1 else any_of(*knobs)  # type: ignore[arg-type]
+    if not any(is_none(s) for s in sides):
+        return knob
+    return Knob(lambda v: v is None or knob.accepts(v), f"{knob.allowed} or null", knob.example,
+                knob.names)
 
 
 def nearest(word: str, candidates: Iterable[str]) -> str | None:
