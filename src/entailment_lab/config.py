@@ -155,10 +155,11 @@ def check_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         check_arguments(cfg.optimizer, "optimizer")
     if (cfg.get("scheduler") or {}).get("_target_"):
         check_arguments(cfg.scheduler, "scheduler", ignore=("interval",))
-    for key in ("trainer", "optimizer", "scheduler", "embeddings"):
+    for key in ("data", "trainer", "optimizer", "scheduler", "embeddings"):
         node = cfg.get(key)
-        if node is not None and (key == "embeddings" or node.get("_target_")):  # no scheduler
-            check_argument_types(node, key)
+        if node is None or "_target_" not in node or (key == "scheduler" and not node._target_):
+            continue  # scheduler._target_=null: no scheduler
+        check_argument_types(node, key)
     for group in ("callbacks", "logger"):
         for name, node in (cfg.get(group) or {}).items():
             if node is not None:
@@ -267,6 +268,9 @@ def check_model(cfg: DictConfig) -> None:
                           "the models with a default_dim: DIN, LSTMs, DecAtt, ...); leave dim out "
                           f"for model={name}, and sweep dim in a command of its own")
     check_size_follows_dim(cfg)
+    if cfg.get("dim") is None and cfg.model.get("default_dim") is not None:
+        raise ConfigError(f"dim=null: model={name} needs an encoding size; give dim=N (its "
+                          f"default: {cfg.model.default_dim})")
     if source is None or not source.complete:
         return  # not this package's: network_class and check_config see it (torch loaded)
     context = module_constant("entailment_lab.models.base", "CONTEXT_ARGUMENTS")
@@ -467,7 +471,8 @@ def logged_metrics(cfg: DictConfig) -> list[str]:
 
 def check_monitors(cfg: DictConfig) -> None:
     """A callback's ``monitor`` names a metric the run logs: a misspelt one would fail after
-    the first epoch (early stopping) or never choose a best checkpoint."""
+    the first epoch (early stopping) or never choose a best checkpoint; so does
+    ``optimized_metric``, what a Hydra sweeper (Optuna) maximises."""
     from entailment_lab.schema import did_you_mean
 
     logged = logged_metrics(cfg)
@@ -479,6 +484,16 @@ def check_monitors(cfg: DictConfig) -> None:
             raise ConfigError(f"callbacks.{name}.monitor={monitor}: the run logs no such metric"
                               f"{did_you_mean(str(monitor), logged)} (it logs "
                               f"{', '.join(main)}, ...)")
+    objective = cfg.get("optimized_metric")  # a sweeper would get NaN from every run
+    data = cfg.get("data") or {}
+    tests = [*(data.get("test_splits") or ["test"]), *(cfg.get("extra_tests") or {})]
+    names = ["acc", "loss", *(str(k) for k, v in (cfg.get("metrics") or {}).items() if v)]
+    returned = [*logged, "train/acc_eval", "train/loss_eval",
+                *(f"{split}/{name}" for split in tests for name in names)]
+    if objective and objective not in returned and not any(
+            str(objective).startswith(f"{split}/") for split in tests):  # per class, per group
+        raise ConfigError(f"optimized_metric={objective}: the run returns no such metric"
+                          f"{did_you_mean(str(objective), returned)}; e.g. val/acc_best")
 
 
 def check_validation_carve(cfg: DictConfig) -> None:

@@ -240,6 +240,7 @@ SCHEMA: dict[str, Knob] = {
     "data.validate_on": text(null=True),
     "data.group_fields": string_list(),
     "extra_tests.*": text(null=True),
+    "paths.*": Knob(lambda v: isinstance(v, str) and bool(v), "a folder", "outputs"),
     # --- embeddings (conf/embeddings/) ---
     "embeddings.dim": integer(1, example=300),
     "embeddings.freeze": boolean(),
@@ -478,9 +479,10 @@ def annotation_knob(annotation: str | None) -> Knob | None:
 def _knob_of(node: ast.expr) -> Knob | None:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         return _union([node.left, node.right])
-    if isinstance(node, ast.Name):
-        return {"int": integer(), "float": number(), "bool": boolean(),
-                "str": text()}.get(node.id)
+    if isinstance(node, ast.Name | ast.Attribute):  # str, pathlib.Path, os.PathLike
+        name = node.id if isinstance(node, ast.Name) else node.attr
+        return {"int": integer(), "float": number(), "bool": boolean(), "str": text(),
+                "Path": text(), "PathLike": text()}.get(name)
     if isinstance(node, ast.Subscript):
         base = ast.unparse(node.value).rpartition(".")[2]
         inner = node.slice
@@ -512,6 +514,7 @@ def _union(sides: list[ast.expr]) -> Knob | None:
         return None
     if any(k.allowed == "a number" for k in knobs):  # int | float: a number
         knobs = [k for k in knobs if k.allowed != "an integer"]
+    knobs = list({k.allowed: k for k in knobs}.values())  # str | Path: a string
     knob = knobs[0] if len(knobs) == 1 else any_of(*knobs)  # type: ignore[arg-type]
     if not any(is_none(s) for s in sides):
         return knob
