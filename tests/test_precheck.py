@@ -133,6 +133,8 @@ MISTAKES = [
     ("scheduler._target_=abc", "scheduler._target_='abc': a module, not a class or function"),
     ("embeddings._target_=null", "embeddings._target_=null: cannot import it"),
     ("model.net._target_=[1,2]", "model.net._target_=[1, 2]: cannot import it"),
+    ("extra_tests=hard.jsonl", "extra_tests='hard.jsonl': a mapping of test-set names to "
+                               "files; add one with +extra_tests.NAME=PATH"),
     ("optimized_metric=val/accuracy", "optimized_metric=val/accuracy: the run returns no such "
                                       "metric (did you mean val/acc?)"),  # a sweeper's NaN
     ("data.label_field=''", "data.label_field='': must be a column name or a list of them"),

@@ -652,7 +652,11 @@ def check_argument_types(node: DictConfig, key: str) -> None:
 def check_named_objects(cfg: DictConfig) -> None:
     """Each entry of ``callbacks`` and ``logger`` is a config with a ``_target_`` or null
     (switched off): the run skips any other value, so ``callbacks.adagrad_reset=5`` would
-    train without the callback and without a word."""
+    train without the callback and without a word. ``extra_tests`` maps names to files."""
+    extra = cfg.get("extra_tests")
+    if extra is not None and not isinstance(extra, DictConfig):
+        raise ConfigError(f"extra_tests={shown(extra)}: a mapping of test-set names to files; "
+                          f"add one with +extra_tests.NAME=PATH")
     for group in ("callbacks", "logger"):
         node = cfg.get(group)
         if not isinstance(node, DictConfig):
