@@ -103,6 +103,18 @@ FAST = [
 ]
 
 
+@pytest.fixture
+def no_data_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading any data fails the test: every case must end before it."""
+    from entailment_lab.data.datamodule import TextDataModule
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("data was read")
+
+    for name in ("prepare_data", "setup"):
+        monkeypatch.setattr(TextDataModule, name, refuse)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny tensors: one intra-op thread is faster and does not fight parallel jobs for CPU.

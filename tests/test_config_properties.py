@@ -24,7 +24,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.errors import ConfigError
 from entailment_lab.precheck import checked_command, hydra_context
 from tests.conftest import REPO
@@ -74,15 +73,6 @@ def hostile_value_problem(args: list[str], tmp_path) -> str | None:
     except Exception as err:  # any other exception is the finding
         return f"{args}: {type(err).__name__}: {err}"
     return f"{args}: made {run}" if run.exists() else None
-
-
-@pytest.fixture
-def no_data_read(monkeypatch):
-    def refuse(*_: object, **__: object) -> None:
-        raise AssertionError("data was read")
-
-    for name in ("prepare_data", "setup"):
-        monkeypatch.setattr(TextDataModule, name, refuse)
 
 
 @pytest.mark.slow

@@ -23,7 +23,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from entailment_lab import pipeline
-from entailment_lab.data.datamodule import TextDataModule
 from entailment_lab.data.demo import write_jsonl
 from entailment_lab.errors import ConfigError, DataError
 from entailment_lab.precheck import checked_command, group_options, hydra_context
@@ -248,16 +247,6 @@ MISTAKES = [
     ("model=dcnn_sentence data=sst2 embeddings=glove6b50d", "word-vector size 50 must be "
                                                             "divisible by 4"),
 ]
-
-
-@pytest.fixture
-def no_data_read(monkeypatch):
-    """Reading any data fails the test: every case must end before it."""
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("data was read")
-
-    for name in ("prepare_data", "setup"):
-        monkeypatch.setattr(TextDataModule, name, refuse)
 
 
 def command(line: str, pair_files: dict[str, str], tmp_path: Path) -> list[str]:
