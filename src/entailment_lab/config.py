@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from entailment_lab.errors import ConfigError, UserError
 from entailment_lab.schema import shown, validate
@@ -634,9 +635,14 @@ def check_argument_types(node: DictConfig, key: str) -> None:
         hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
     except Exception:  # a name only imported for type checkers (WandbLogger's Run)
         hints = {}  # the signature's own annotations, as written
-    values = OmegaConf.to_container(node, resolve=True)
-    for name, value in values.items():
+    for name in node:
         if str(name).startswith("_") or name not in params:
+            continue
+        try:
+            value = node[name]
+            if isinstance(value, DictConfig | ListConfig):
+                value = OmegaConf.to_container(value, resolve=True)
+        except OmegaConfBaseException:  # eval's W&B name follows the checkpoint's model
             continue
         hint = hints.get(name, params[name].annotation)
         if hint is inspect.Parameter.empty:
