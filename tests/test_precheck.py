@@ -652,6 +652,30 @@ def test_eval_refuses_a_split_the_runs_data_lacks(finished_run, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(("task", "args", "said"), [
+    ("eval", ["ckpt_path=null"], "ckpt_path=null: eval needs a checkpoint"),
+    ("predict", ["ckpt_path=null"], "ckpt_path=null: predict needs a checkpoint"),
+    ("eval", ["data.files.test_matched={missing}"], "data.files.test_matched={missing}: no such "
+                                                    "file"),  # a split this run's data lacks
+    ("predict", ["input={missing}"], "input={missing}: no such file"),
+    ("predict", ["input=-1"], "input=-1: must be a file or null"),
+    ("predict", ["premise=[1,2]", "hypothesis=x"], "premise=[1, 2]: must be a sentence or null"),
+    ("predict", ["input={test}", "output=''"], "output='': must be a file or null"),
+])
+def test_eval_and_predict_mistakes_are_one_line(task, args, said, finished_run, pair_files,
+                                                tmp_path):
+    """Found by a sweep of hostile values over eval's and predict's knobs: each of these ran
+    for 8 s and ended in a traceback, or ran and ignored the value."""
+    last = finished_run / "checkpoints" / "last.ckpt"
+    given = [a.format(missing=tmp_path / "missing.jsonl", **pair_files) for a in args]
+    ckpt = [] if any(a.startswith("ckpt_path=") for a in given) else [f"ckpt_path={last}"]
+    with pytest.raises(ConfigError) as caught:
+        checked_command(task, [*ckpt, *given, f"hydra.run.dir={tmp_path / 'run'}"], CONF)
+    assert said.format(missing=tmp_path / "missing.jsonl") in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_machine_the_gpu_is_accepted_and_too_many_devices_named(pair_files, tmp_path):
     import torch

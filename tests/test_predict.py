@@ -268,11 +268,14 @@ def test_the_file_is_streamed_in_batches(predictor, tmp_path, monkeypatch):
 
 
 def test_config_errors_are_one_line(ckpt, tmp_path, capsys):
+    pairs, sheet = tmp_path / "x.jsonl", tmp_path / "pairs.xlsx"
+    pairs.write_text('{"premise": "a", "hypothesis": "b"}\n')
+    sheet.write_bytes(b"PK")
     cases = [
         ([], "give input=FILE"),
-        (["input=x.jsonl", "premise=a"], "not both"),
-        ([f"input={tmp_path / 'missing.jsonl'}"], "input: no such file"),
-        (["input=pairs.xlsx"], "unsupported file type; use .jsonl, .txt / .tsv"),
+        ([f"input={pairs}", "premise=a"], "not both"),
+        ([f"input={tmp_path / 'missing.jsonl'}"], "missing.jsonl: no such file"),
+        ([f"input={sheet}"], "unsupported file type; use .jsonl, .txt / .tsv"),
     ]
     for overrides, message in cases:
         with pytest.raises(SystemExit) as exit_info:

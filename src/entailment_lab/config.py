@@ -362,13 +362,21 @@ def build_network_shape(cfg: DictConfig, network: type | None = None) -> None:
 def check_files(cfg: DictConfig) -> None:
     """Every file the config names exists: ``data.files.*``, ``extra_tests.*``, the GloVe
     file of ``embeddings.path``, ``ckpt_path``. Paths are read from the directory the command
-    runs in (``hydra.job.chdir`` is false). (predict's ``input`` is predict's own check.)"""
+    runs in (``hydra.job.chdir`` is false); predict's ``input`` (its format is predict's own
+    check)."""
     named: list[tuple[str, Any]] = []
     data = cfg.get("data") or {}
     splits = {"train", "validation", "test", *(data.get("test_splits") or [])}
-    # a split the data does not have is the DataModule's to name (check_config)
-    named += [(f"data.files.{k}", v) for k, v in (data.get("files") or {}).items() if k in splits]
+    # a split the data does not have is the DataModule's to name (check_config); eval builds
+    # the checkpoint's DataModule, so there every file given must exist
+    named += [(f"data.files.{k}", v) for k, v in (data.get("files") or {}).items()
+              if k in splits or cfg.get("task_name") == "eval"]
     named += [(f"extra_tests.{k}", v) for k, v in (cfg.get("extra_tests") or {}).items()]
+    if cfg.get("task_name") == "predict":
+        named.append(("input", cfg.get("input")))
+    if cfg.get("task_name") in ("eval", "predict") and cfg.get("ckpt_path") is None:
+        raise ConfigError(f"ckpt_path=null: {cfg.task_name} needs a checkpoint; give "
+                          f"ckpt_path=RUN/checkpoints/epoch_NNN.ckpt (a run's best)")
     embeddings = cfg.get("embeddings") or {}
     if "path" in embeddings:
         named.append(("embeddings.path", embeddings.get("path")))

@@ -171,6 +171,18 @@ SCHEMA: dict[str, Knob] = {
     "split": text(),  # train, validation, test or a test split (e.g. MultiNLI's test_matched)
     "batch_size": integer(1, example=256),
     "device": choice("cpu", "cuda", "auto"),
+    # --- predict.py's own (conf/predict.yaml) ---
+    "input": Knob(lambda v: v is None or (isinstance(v, str) and bool(v)), "a file or null",
+                  "pairs.jsonl"),
+    "output": Knob(lambda v: v is None or (isinstance(v, str) and bool(v)), "a file or null",
+                   "predictions.jsonl"),
+    "premise": Knob(lambda v: v is None or isinstance(v, str), "a sentence or null",
+                    "'A man is sleeping.'"),
+    "hypothesis": Knob(lambda v: v is None or isinstance(v, str), "a sentence or null",
+                       "'A man is sleeping.'"),
+    "sentence": Knob(lambda v: v is None or isinstance(v, str), "a sentence or null",
+                     "'A fine film.'"),
+    "fields.*": text(null=True),
     # --- trainer (conf/trainer/) ---
     "trainer.max_epochs": integer(-1, null=True, example=30),
     "trainer.min_epochs": integer(0, null=True),
