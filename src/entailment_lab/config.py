@@ -152,19 +152,15 @@ def check_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         network.check_config(OmegaConf.to_container(cfg.model.net, resolve=True))
         if "data" in cfg and "embeddings" in cfg:
             build_network_shape(cfg, network)
-    if "optimizer" in cfg:
-        check_arguments(cfg.optimizer, "optimizer")
-    if (cfg.get("scheduler") or {}).get("_target_"):
-        check_arguments(cfg.scheduler, "scheduler", ignore=("interval",))
     for key in ("data", "trainer", "optimizer", "scheduler", "embeddings"):
         node = cfg.get(key)
         if node is None or "_target_" not in node or (key == "scheduler" and not node._target_):
             continue  # scheduler._target_=null: no scheduler
-        check_argument_types(node, key)
+        check_arguments(node, key, ignore=("interval",) if key == "scheduler" else ())
     for group in ("callbacks", "logger"):
         for name, node in (cfg.get(group) or {}).items():
             if node is not None:
-                check_argument_types(node, f"{group}.{name}")
+                check_arguments(node, f"{group}.{name}")
     if "trainer" in cfg:
         check_precision(cfg.trainer)
     check_extra_tests(cfg)
@@ -464,11 +460,16 @@ def check_splits(cfg: DictConfig) -> None:
                               f"data.files.{split}=PATH{fix}")
 
 
+def metric_names(cfg: DictConfig) -> list[str]:
+    """Accuracy and each metric of the ``metrics`` group, as a stage's metrics are named."""
+    return ["acc", *(str(k) for k, v in (cfg.get("metrics") or {}).items() if v is not None)]
+
+
 def logged_metrics(cfg: DictConfig) -> list[str]:
     """The metric names a training run logs (``module.ClassifierModule``): what a callback may
     monitor. Losses, ``val/acc_best``, and each metric of the ``metrics`` group (accuracy
     always) per stage, per class too."""
-    names = ["acc", *(str(k) for k, v in (cfg.get("metrics") or {}).items() if v is not None)]
+    names = metric_names(cfg)
     labels = list((cfg.get("data") or {}).get("label_names") or [])
     logged = ["val/acc", "val/loss", "val/acc_best", "train/acc", "train/loss_epoch",
               "train/loss_step", "train/reg_loss", "train/l2_penalty"]
@@ -496,9 +497,8 @@ def check_monitors(cfg: DictConfig) -> None:
     objective = cfg.get("optimized_metric")  # a sweeper would get NaN from every run
     data = cfg.get("data") or {}
     tests = [*(data.get("test_splits") or ["test"]), *(cfg.get("extra_tests") or {})]
-    names = ["acc", "loss", *(str(k) for k, v in (cfg.get("metrics") or {}).items() if v)]
     returned = [*logged, "train/acc_eval", "train/loss_eval",
-                *(f"{split}/{name}" for split in tests for name in names)]
+                *(f"{split}/{name}" for split in tests for name in ["loss", *metric_names(cfg)])]
     if objective and objective not in returned and not any(
             str(objective).startswith(f"{split}/") for split in tests):  # per class, per group
         raise ConfigError(f"optimized_metric={objective}: the run returns no such metric"
@@ -575,23 +575,6 @@ def check_extra_tests(cfg: DictConfig) -> None:
                                         *(data.get("files") or {})})
 
 
-def check_arguments(node: DictConfig, key: str, ignore: tuple[str, ...] = ()) -> None:
-    """Every value of a ``_partial_`` node (``optimizer``) must be an argument of its target:
-    a recipe's optimiser values (conf/recipe/) stay when another optimiser is chosen on the
-    command line, and one that optimiser does not take would fail only once training starts."""
-    import inspect
-
-    target = imported_target(node, key)
-    params = inspect.signature(target).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return
-    for name in node:
-        if not str(name).startswith("_") and name not in params and name not in ignore:
-            raise ConfigError(f"{key}.{name}: not an argument of {node._target_} (a recipe's "
-                              f"value for another optimiser?); drop it with ~{key}.{name}, "
-                              f"e.g. {key}=... ~{key}.{name}")
-
-
 def imported_target(node: Mapping[str, Any], key: str) -> Any:
     """The class or function ``node._target_`` names, imported; one line where it cannot be."""
     name = node["_target_"]
@@ -623,12 +606,17 @@ def _example(key: str) -> str:
         else "package.module.Class")
 
 
-def check_argument_types(node: DictConfig, key: str) -> None:
-    """Each value of ``node`` against the annotation of the argument of its imported
-    ``_target_`` it sets (the Trainer, a callback, a logger, the optimiser): Lightning and torch
-    take ``check_on_train_epoch_end=flase``, a string and so true, without a word. Arguments
-    whose annotation names a type the schema cannot check (``Accelerator``, ``timedelta``) are
-    left to the target."""
+def check_arguments(node: DictConfig, key: str, ignore: tuple[str, ...] = ()) -> None:
+    """The values of a node with an imported ``_target_`` (the Trainer, a callback, a logger,
+    the optimiser, ...) against the arguments of what it names.
+
+    A ``_partial_`` node's (``optimizer``) every value must be an argument: a recipe's
+    optimiser values (conf/recipe/) stay when another optimiser is chosen on the command line,
+    and one that optimiser does not take would fail only once training starts. Each value is
+    checked against its argument's annotation: Lightning and torch take
+    ``check_on_train_epoch_end=flase``, a string and so true, without a word. Arguments whose
+    annotation names a type the schema cannot check (``Accelerator``, ``timedelta``) are left
+    to the target."""
     import inspect
     import typing
 
@@ -639,6 +627,12 @@ def check_argument_types(node: DictConfig, key: str) -> None:
         params = inspect.signature(target).parameters
     except (TypeError, ValueError):  # no signature (a builtin)
         return
+    if node.get("_partial_") and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        for name in node:
+            if not str(name).startswith("_") and name not in params and name not in ignore:
+                raise ConfigError(f"{key}.{name}: not an argument of {node._target_} (a "
+                                  f"recipe's value for another {key}?); drop it with "
+                                  f"~{key}.{name}, e.g. {key}=... ~{key}.{name}")
     try:
         hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
     except Exception:  # a name only imported for type checkers (WandbLogger's Run)

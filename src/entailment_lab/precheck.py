@@ -450,7 +450,8 @@ def added_key_problem(key: str, base: DictConfig, cfg: DictConfig,
         knobs = [a for a in arguments if a not in context]
         return (f"not an argument of {shown_as}{did_you_mean(name, knobs)}; its arguments: "
                 f"{', '.join(knobs)}")
-    owners = _experiments_setting(key)
+    # a top-level knob only some experiments define (data_root)
+    owners = _options_defining("experiment", key) if "." not in key else []
     if owners:
         files = " data.files.<split>=PATH for each split" if key == "data_root" else ""
         return (f"no such key in this config; it is a knob of experiment={', '.join(owners)}"
@@ -503,34 +504,25 @@ def _no_such_key(key: str, base: DictConfig) -> str:
 
 def _followed_knob(cfg: DictConfig, key: str) -> str | None:
     """The top-level knob ``key``'s value follows (``${dim}``, ``${oc.select:epochs,null}``)."""
-    node = OmegaConf.select(cfg, key.rpartition(".")[0], default=None) if "." in key else cfg
-    raw = node._get_node(key.rpartition(".")[2]) if isinstance(node, DictConfig) else None
-    found = re.fullmatch(r"\$\{(?:oc\.select:)?(\w+)(?:,[^}]*)?\}", str(raw._value())) \
-        if raw is not None else None
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    raw = OmegaConf.to_container(node, resolve=False).get(leaf) \
+        if isinstance(node, DictConfig) else None
+    found = re.fullmatch(r"\$\{(?:oc\.select:)?(\w+)(?:,[^}]*)?\}", str(raw))
     return found.group(1) if found else None
 
 
 def _options_defining(group: str, path: str) -> list[str]:
-    """The options of ``group`` whose own file sets dotted ``path`` (read only when a key is
-    missing)."""
+    """The options of ``group`` whose own file sets dotted ``path``, to ``???`` included
+    (``data_root`` of the protocols and DCNN experiments); read only when a key is missing."""
     found = []
     for option in group_options(group):
         loaded = _loader().repository.load_config(f"{group}/{option}")
         config = loaded.config if loaded is not None else None
-        if isinstance(config, DictConfig) and OmegaConf.select(
-                config, path, default=_NOTHING, throw_on_resolution_failure=False) is not _NOTHING:
-            found.append(option)
-    return found
-
-
-def _experiments_setting(key: str) -> list[str]:
-    """The experiments whose file defines top-level ``key`` (``data_root``: the protocols'
-    and DCNN's data folder), read only when a key is missing."""
-    found = []
-    for option in group_options("experiment"):
-        loaded = _loader().repository.load_config(f"experiment/{option}")
-        config = loaded.config if loaded is not None else None
-        if isinstance(config, DictConfig) and key in list(config.keys()):  # `in` skips ???
+        parent, _, leaf = path.rpartition(".")
+        node = OmegaConf.select(config, parent, default=None, throw_on_resolution_failure=False) \
+            if parent and isinstance(config, DictConfig) else config
+        if isinstance(node, DictConfig) and leaf in list(node.keys()):  # `in` skips ???
             found.append(option)
     return found
 
